@@ -1,0 +1,158 @@
+"""The trace compiler: scenario + seed → Trace. Deterministic: one numpy SeedSequence stream per layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from scenarios.arrivals import arrival_times
+from scenarios.errors import SpecError
+from scenarios.prompts import TokenSampler, distinct_rows
+from scenarios.spec import Scenario
+from scenarios.tools import draw_delays
+from scenarios.topology import ROLE_CAPS, DagShape, choose_shapes
+from scenarios.trace import FORMAT_VERSION, SRC_POOL, SRC_PREFIX, Trace, prefix_digest, write_trace
+
+LAYERS = {"arrivals": 0, "topology": 1, "tools": 2, "prefix": 3, "context": 4, "suffix": 5, "outputs": 6}
+
+
+def layer_rng(seed: int, layer: str) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(LAYERS[layer],)))
+
+
+class _Builder:
+    """Accumulates per-request rows while walking the DAGs in arrival order."""
+
+    def __init__(self) -> None:
+        self.dag: list[int] = []
+        self.role: list[int] = []
+        self.arrival: list[float] = []
+        self.preds: list[list[int]] = []
+        self.tool: list[str | None] = []
+        self.history: list[list[int]] = []
+
+    def add_dag(self, d: int, t: float, shape: DagShape) -> None:
+        base = len(self.dag)
+        for j, r in enumerate(shape.roles):
+            self.dag.append(d)
+            self.role.append(r)
+            self.arrival.append(t)
+            self.preds.append([base + p for p in shape.preds[j]])
+            self.tool.append(shape.tool[j])
+            self.history.append([base + h for h in shape.history[j]])
+
+
+def _delays(sc: Scenario, tools: list[str | None]) -> np.ndarray:
+    rng = layer_rng(sc.seed, "tools")
+    out = np.zeros(len(tools), dtype=np.float64)
+    for name in sorted(sc.tools):
+        idx = np.asarray([i for i, t in enumerate(tools) if t == name], dtype=np.int64)
+        if idx.size:
+            out[idx] = draw_delays(sc.tools[name], rng, idx.size)
+    return out
+
+
+def _prompt_arrays(sc: Scenario, b: _Builder, max_tokens: np.ndarray) -> dict[str, np.ndarray]:
+    p = sc.prompts
+    sampler = TokenSampler(p)
+    n, n_dags = len(b.dag), (b.dag[-1] + 1 if b.dag else 0)
+    F, D, C = p.F, p.D, p.dag_context_tokens
+    prefix = sampler.draw(layer_rng(sc.seed, "prefix"), F)
+    ctx = sampler.draw(layer_rng(sc.seed, "context"), (n_dags, C))
+    suffix = distinct_rows(sampler.draw(layer_rng(sc.seed, "suffix"), (n, D)), sampler,
+                           layer_rng(sc.seed, "suffix"))
+    needs_out = sorted({h for hs in b.history for h in hs})
+    out_len = max_tokens[needs_out] if needs_out else np.zeros(0, np.int32)
+    outs = sampler.draw(layer_rng(sc.seed, "outputs"), int(out_len.sum()))
+    suffix_base = n_dags * C
+    out_base = suffix_base + n * D
+    out_start = dict(zip(needs_out, (out_base + np.concatenate([[0], np.cumsum(out_len)[:-1]])).tolist(),
+                         strict=True)) if needs_out else {}
+    segs: list[tuple[int, int, int]] = []
+    offsets = [0]
+    for i in range(n):
+        if F:
+            segs.append((SRC_PREFIX, 0, F))
+        if C:
+            segs.append((SRC_POOL, b.dag[i] * C, C))
+        for h in b.history[i]:
+            segs.append((SRC_POOL, suffix_base + h * D, D))
+            segs.append((SRC_POOL, out_start[h], int(max_tokens[h])))
+        segs.append((SRC_POOL, suffix_base + i * D, D))
+        offsets.append(len(segs))
+    pool = np.concatenate([ctx.reshape(-1), suffix.reshape(-1), outs]).astype(np.int32)
+    return {"prefix": prefix.astype(np.int32), "pool": pool,
+            "segments": np.asarray(segs, dtype=np.int64).reshape(-1, 3),
+            "seg_offsets": np.asarray(offsets, dtype=np.int64)}
+
+
+def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    off = np.zeros(len(lists) + 1, dtype=np.int64)
+    off[1:] = np.cumsum([len(x) for x in lists])
+    idx = np.asarray([v for x in lists for v in x], dtype=np.int32)
+    return off, idx
+
+
+def build_trace(sc: Scenario) -> Trace:
+    """Compile a scenario into an in-memory Trace (manifest digests are filled in on write)."""
+    times = arrival_times(sc.arrivals, sc.duration_s, layer_rng(sc.seed, "arrivals"))
+    if times.size == 0:
+        raise SpecError(f"scenario '{sc.name}': no DAG arrives within duration_s={sc.duration_s} "
+                        f"at rate {sc.arrivals.rate}; raise one of them")
+    shapes = choose_shapes(sc.topology, times.size, layer_rng(sc.seed, "topology"))
+    b = _Builder()
+    for d, (t, s) in enumerate(zip(times.tolist(), shapes, strict=True)):
+        b.add_dag(d, t, s)
+    role = np.asarray(b.role, dtype=np.int8)
+    caps = np.asarray([sc.outputs.cap(ROLE_CAPS[r]) for r in range(4)], dtype=np.int32)
+    max_tokens = caps[role]
+    pred_off, pred_idx = _csr(b.preds)
+    arrays = {"dag": np.asarray(b.dag, dtype=np.int32), "role": role,
+              "arrival_s": np.asarray(b.arrival, dtype=np.float64), "delay_s": _delays(sc, b.tool),
+              "pred_offsets": pred_off, "pred_index": pred_idx, "max_tokens": max_tokens}
+    arrays.update(_prompt_arrays(sc, b, max_tokens))
+    trace = Trace(manifest={}, arrays=arrays)
+    trace.manifest = _manifest(sc, trace)
+    return trace
+
+
+def achieved_sharing(trace: Trace) -> float:
+    """Mean over requests of F / (F + D_r), D_r the request's own suffix length."""
+    F = int(trace.arrays["prefix"].size)
+    segs, off = trace.arrays["segments"], trace.arrays["seg_offsets"]
+    own = segs[off[1:] - 1, 2].astype(np.float64)
+    return float(np.mean(F / (F + own))) if own.size else 0.0
+
+
+def _manifest(sc: Scenario, trace: Trace) -> dict:
+    role = trace.arrays["role"]
+    counts = {name: int((role == r).sum()) for r, name in enumerate(ROLE_CAPS)}
+    n_dags = trace.n_dags
+    return {
+        "format_version": FORMAT_VERSION, "scenario": sc.model_dump(mode="json"), "seed": sc.seed,
+        "counts": {"dags": n_dags, "requests": trace.n_requests, "roles": counts},
+        "prompt_layout": {"prefix_tokens": sc.prompts.F, "suffix_tokens": sc.prompts.D,
+                          "dag_context_tokens": sc.prompts.dag_context_tokens},
+        "target_sharing": sc.prompts.target_sharing, "achieved_sharing": achieved_sharing(trace),
+        "offered_load_rps": trace.n_requests / max(n_dags, 1) * _rate(sc),
+        "tool_delay_max_s": max(t.max_s for t in sc.tools.values()),
+        "prefix_sha256": prefix_digest(trace.arrays["prefix"]),
+    }
+
+
+def _rate(sc: Scenario) -> float:
+    if sc.arrivals.kind == "replay":
+        return len(sc.arrivals.times) / sc.duration_s
+    return sc.arrivals.rate
+
+
+def compile_trace(sc: Scenario, out: str | Path | None = None) -> Trace:
+    """Compile and (if ``out`` is given) write the trace directory. Returns the Trace."""
+    trace = build_trace(sc)
+    if out is not None:
+        write_trace(trace, out)
+    else:
+        from scenarios.trace import npy_bytes, sha256
+        trace.manifest["digests"] = {k: sha256(npy_bytes(v)) for k, v in trace.arrays.items()}
+    return trace

@@ -1,0 +1,239 @@
+"""Scenario specs: what is run. Frozen pydantic models loaded from YAML.
+
+A scenario fixes the four layers of a seeded agent workload (arrivals, topology, prompts, outputs),
+the tool-delay distributions, the run duration and the seed. ``compile_trace`` turns it into a Trace.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from scenarios.errors import SpecError
+
+ROLES = ("planner", "worker", "aggregator", "turn")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Arrivals(_Frozen):
+    """L1: when agent graphs (DAGs) arrive. ``rate`` is in DAGs per second."""
+
+    kind: Literal["gamma", "poisson", "constant", "replay"] = Field(
+        "gamma", description="inter-arrival law; replay uses `times`")
+    rate: float = Field(0.12, gt=0, description="DAG arrivals per second (λ)")
+    cv: float = Field(1.5, gt=0, description="coefficient of variation of gamma gaps (shape = 1/cv²)")
+    times: tuple[float, ...] = Field((), description="replay: DAG arrival times in seconds, ascending")
+
+    @model_validator(mode="after")
+    def _replay_needs_times(self) -> Arrivals:
+        if self.kind == "replay":
+            if not self.times:
+                raise ValueError("arrivals.kind 'replay' needs a non-empty `times` list")
+            if any(t < 0 for t in self.times) or list(self.times) != sorted(self.times):
+                raise ValueError("arrivals.times must be non-negative and ascending")
+        return self
+
+
+class ToolDelay(_Frozen):
+    """Duration of one simulated tool call. Lognormal from (median, p95) by default, or empirical samples.
+
+    Default class ``mcp``: median 0.5 s, p95 2.5 s — the Model Context Protocol round-trip figures
+    (hosted tool servers 0.5–1.2 s median, p95 > 2.5 s under bursts) quoted in the cost-model reference
+    notes, section 5; marked unconfirmed there. Draws are clipped at ``max_s``.
+    """
+
+    kind: Literal["lognormal", "empirical", "constant"] = "lognormal"
+    median_s: float = Field(0.5, gt=0)
+    p95_s: float = Field(2.5, gt=0)
+    max_s: float = Field(30.0, gt=0, description="upper bound; the validator refuses larger delays")
+    samples: tuple[float, ...] = Field((), description="empirical: observed delays in seconds")
+    source: str = "MCP tool round-trips, median 0.5 s / p95 2.5 s (industry measurements, unconfirmed)"
+
+    @model_validator(mode="after")
+    def _check(self) -> ToolDelay:
+        if self.kind == "lognormal" and self.p95_s <= self.median_s:
+            raise ValueError("tools: p95_s must exceed median_s for a lognormal delay")
+        if self.kind == "empirical" and (not self.samples or min(self.samples) < 0):
+            raise ValueError("tools: an empirical delay needs non-negative `samples`")
+        return self
+
+    @property
+    def sigma_ln(self) -> float:
+        return math.log(self.p95_s / self.median_s) / 1.6448536269514722
+
+
+class FanOut(_Frozen):
+    """planner → `workers` workers (each after a tool call) → aggregator."""
+
+    kind: Literal["fanout"] = "fanout"
+    workers: int = Field(4, ge=1, le=512)
+    tool: str = "mcp"
+
+
+class Chain(_Frozen):
+    """A multi-turn agent loop: `turns` requests in sequence, each prompt carrying the history so far."""
+
+    kind: Literal["chain"] = "chain"
+    turns: int = Field(4, ge=1, le=256)
+    tool: str = "mcp"
+
+
+class MixItem(_Frozen):
+    weight: float = Field(gt=0)
+    topology: Annotated[FanOut | Chain, Field(discriminator="kind")]
+
+
+class Mix(_Frozen):
+    """A mix of topologies chosen per DAG with the given weights."""
+
+    kind: Literal["mix"] = "mix"
+    items: tuple[MixItem, ...] = Field(min_length=1)
+
+
+Topology = Annotated[FanOut | Chain | Mix, Field(discriminator="kind")]
+
+
+class Prompts(_Frozen):
+    """L3: shared prefix of F tokens (one per run) + optional per-DAG context + unique suffix of D tokens.
+
+    Give either (``length``, ``sharing``) = (L, σ) or (``prefix_tokens``, ``suffix_tokens``) = (F, D).
+    """
+
+    length: int | None = Field(None, ge=1, description="L = F + D")
+    sharing: float | None = Field(None, ge=0, lt=1, description="σ = F / (F + D), in [0, 1)")
+    prefix_tokens: int | None = Field(None, ge=0, description="F")
+    suffix_tokens: int | None = Field(None, ge=1, description="D")
+    dag_context_tokens: int = Field(0, ge=0, description="context shared by the requests of one DAG")
+    vocab_low: int = Field(0, ge=0, description="smallest token id drawn")
+    vocab_high: int = Field(128000, ge=1, description="one past the largest id drawn (special ids excluded)")
+    exclude: tuple[int, ...] = Field((), description="further token ids never drawn")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Prompts:
+        lsig = self.length is not None or self.sharing is not None
+        fd = self.prefix_tokens is not None or self.suffix_tokens is not None
+        if lsig and fd:
+            raise ValueError("prompts: give either (length, sharing) or (prefix_tokens, suffix_tokens), not both")
+        if lsig and (self.length is None or self.sharing is None):
+            raise ValueError("prompts: `length` and `sharing` go together")
+        if fd and (self.prefix_tokens is None or self.suffix_tokens is None):
+            raise ValueError("prompts: `prefix_tokens` and `suffix_tokens` go together")
+        if self.vocab_high - self.vocab_low - len(set(self.exclude)) < 2:
+            raise ValueError("prompts: the vocabulary range must leave at least 2 token ids")
+        if not lsig and not fd:
+            object.__setattr__(self, "length", 4096)
+            object.__setattr__(self, "sharing", 0.9)
+        if self.F >= 0 and self.D < 1:
+            raise ValueError(f"prompts: σ={self.sharing} at L={self.length} leaves no unique suffix token")
+        return self
+
+    @property
+    def F(self) -> int:
+        if self.prefix_tokens is not None:
+            return self.prefix_tokens
+        assert self.length is not None and self.sharing is not None
+        return int(round(self.sharing * self.length))
+
+    @property
+    def D(self) -> int:
+        if self.suffix_tokens is not None:
+            return self.suffix_tokens
+        assert self.length is not None
+        return self.length - self.F
+
+    @property
+    def target_sharing(self) -> float:
+        if self.sharing is not None:
+            return self.sharing
+        return self.F / (self.F + self.D)
+
+
+class Outputs(_Frozen):
+    """Output caps per role (max_tokens; the trace asks for exactly this many, ignore_eos)."""
+
+    planner: int = Field(128, ge=1)
+    worker: int = Field(128, ge=1)
+    aggregator: int = Field(256, ge=1)
+    turn: int = Field(128, ge=1)
+
+    def cap(self, role: str) -> int:
+        return int(getattr(self, role))
+
+
+def _default_tools() -> dict[str, ToolDelay]:
+    return {"mcp": ToolDelay()}
+
+
+class Scenario(_Frozen):
+    """A whole workload: everything the trace compiler needs besides nothing else."""
+
+    name: str = "scenario"
+    seed: int = Field(0, ge=0)
+    duration_s: float = Field(600.0, gt=0, description="DAG arrivals fall in [0, duration_s)")
+    arrivals: Arrivals = Arrivals()
+    topology: Topology = FanOut()
+    prompts: Prompts = Prompts()
+    outputs: Outputs = Outputs()
+    tools: dict[str, ToolDelay] = Field(default_factory=_default_tools)
+
+    @model_validator(mode="after")
+    def _tools_known(self) -> Scenario:
+        for t in _tool_names(self.topology):
+            if t not in self.tools:
+                raise ValueError(f"topology uses tool class '{t}' but tools defines only {sorted(self.tools)}")
+        return self
+
+    def with_seed(self, seed: int) -> Scenario:
+        return self.model_copy(update={"seed": seed})
+
+
+def _tool_names(topo: Any) -> list[str]:
+    if isinstance(topo, Mix):
+        return [n for it in topo.items for n in _tool_names(it.topology)]
+    return [topo.tool]
+
+
+def format_validation_error(err: ValidationError, where: str) -> str:
+    """First problem of a pydantic error as one line: field, value, what is accepted."""
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    val = e.get("input")
+    val_s = repr(val) if not isinstance(val, dict) else "{…}"
+    if len(val_s) > 60:
+        val_s = val_s[:57] + "..."
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    return f"{where}: field '{loc}' = {val_s}: {msg}"
+
+
+def scenario_from_dict(data: Any, where: str = "scenario") -> Scenario:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(format_validation_error(err, where)) from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{p}: file not found")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{p}: invalid YAML{at}: {getattr(err, 'problem', err)}") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    return scenario_from_dict(load_yaml(path), str(path))

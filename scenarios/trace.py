@@ -1,0 +1,179 @@
+"""The Trace: a compiled, seeded workload on disk and in memory.
+
+A trace directory holds ``manifest.json`` and one ``.npy`` file per array. Prompts are stored as
+segment references: the run-wide shared prefix once (``prefix.npy``), every other token once in
+``pool.npy``, and per request a list of (source, start, length) segments. Requests are numbered
+0..n-1 in order of their DAG's arrival; ``request_id`` is that index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scenarios.errors import TraceError
+
+FORMAT_VERSION = 1
+ROLE_NAMES = ("planner", "worker", "aggregator", "turn")
+SRC_PREFIX, SRC_POOL = 0, 1
+
+# name -> (dtype, ndim)
+ARRAY_SCHEMA: dict[str, tuple[str, int]] = {
+    "dag": ("int32", 1),
+    "role": ("int8", 1),
+    "arrival_s": ("float64", 1),
+    "delay_s": ("float64", 1),
+    "pred_offsets": ("int64", 1),
+    "pred_index": ("int32", 1),
+    "max_tokens": ("int32", 1),
+    "seg_offsets": ("int64", 1),
+    "segments": ("int64", 2),
+    "prefix": ("int32", 1),
+    "pool": ("int32", 1),
+}
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def prefix_digest(prefix: np.ndarray) -> str:
+    """SHA-256 over the prefix token ids as little-endian int32."""
+    return sha256(np.ascontiguousarray(prefix, dtype="<i4").tobytes())
+
+
+@dataclass
+class Trace:
+    """In-memory trace. Arrays are read-only numpy views; ``manifest`` is the parsed manifest.json."""
+
+    manifest: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+
+    # --- shape -----------------------------------------------------------------------------------
+    @property
+    def n_requests(self) -> int:
+        return int(self.arrays["dag"].shape[0])
+
+    @property
+    def n_dags(self) -> int:
+        d = self.arrays["dag"]
+        return int(d.max()) + 1 if d.size else 0
+
+    @property
+    def seed(self) -> int:
+        return int(self.manifest["seed"])
+
+    @property
+    def digest(self) -> str:
+        """One digest naming the whole trace (over the manifest's array digests)."""
+        parts = json.dumps(self.manifest["digests"], sort_keys=True).encode()
+        return sha256(parts)[:16]
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        return dict(self.manifest["scenario"])
+
+    # --- per request -----------------------------------------------------------------------------
+    def predecessors(self, i: int) -> np.ndarray:
+        o = self.arrays["pred_offsets"]
+        return self.arrays["pred_index"][o[i]:o[i + 1]]
+
+    def segments(self, i: int) -> np.ndarray:
+        o = self.arrays["seg_offsets"]
+        return self.arrays["segments"][o[i]:o[i + 1]]
+
+    def prompt(self, i: int) -> np.ndarray:
+        """Token ids of request i's prompt (a fresh int32 array)."""
+        parts = []
+        for src, start, length in self.segments(i):
+            base = self.arrays["prefix"] if src == SRC_PREFIX else self.arrays["pool"]
+            parts.append(base[start:start + length])
+        return np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
+
+    def suffix(self, i: int) -> np.ndarray:
+        """The request's own unique segment (its last segment)."""
+        src, start, length = self.segments(i)[-1]
+        base = self.arrays["prefix"] if src == SRC_PREFIX else self.arrays["pool"]
+        return base[start:start + length]
+
+    def prompt_lengths(self) -> np.ndarray:
+        segs = self.arrays["segments"]
+        o = self.arrays["seg_offsets"]
+        cum = np.concatenate([[0], np.cumsum(segs[:, 2])]) if segs.size else np.zeros(1, np.int64)
+        return (cum[o[1:]] - cum[o[:-1]]).astype(np.int64)
+
+    def role_name(self, i: int) -> str:
+        return ROLE_NAMES[int(self.arrays["role"][i])]
+
+    def roots(self) -> np.ndarray:
+        o = self.arrays["pred_offsets"]
+        return np.flatnonzero(o[1:] == o[:-1])
+
+    def successors(self) -> list[list[int]]:
+        succ: list[list[int]] = [[] for _ in range(self.n_requests)]
+        o, idx = self.arrays["pred_offsets"], self.arrays["pred_index"]
+        for i in range(self.n_requests):
+            for p in idx[o[i]:o[i + 1]]:
+                succ[int(p)].append(i)
+        return succ
+
+
+def write_trace(trace: Trace, out: str | Path) -> Path:
+    """Write arrays and manifest (digests filled in). Byte-identical for identical inputs."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    digests: dict[str, str] = {}
+    for name in ARRAY_SCHEMA:
+        data = npy_bytes(trace.arrays[name])
+        (out / f"{name}.npy").write_bytes(data)
+        digests[name] = sha256(data)
+    trace.manifest["digests"] = digests
+    text = json.dumps(trace.manifest, indent=2, sort_keys=True) + "\n"
+    (out / "manifest.json").write_text(text)
+    return out
+
+
+def read_trace(path: str | Path, verify: bool = True) -> Trace:
+    """Load a trace directory; with ``verify`` every array's SHA-256 must match the manifest."""
+    p = Path(path)
+    mpath = p / "manifest.json"
+    if not mpath.is_file():
+        raise TraceError("manifest", f"{p} has no manifest.json (is it a trace directory?)")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as err:
+        raise TraceError("manifest", f"{mpath}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise TraceError("manifest", f"format_version {manifest.get('format_version')!r}; "
+                         f"this servetwin reads version {FORMAT_VERSION}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, (dtype, ndim) in ARRAY_SCHEMA.items():
+        f = p / f"{name}.npy"
+        if not f.is_file():
+            raise TraceError("schema", f"array file {name}.npy is missing")
+        data = f.read_bytes()
+        if verify and sha256(data) != manifest.get("digests", {}).get(name):
+            raise TraceError("digest", f"{name}.npy does not match the SHA-256 in the manifest "
+                             "(edited, swapped or truncated)")
+        try:
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise TraceError("schema", f"{name}.npy is not a readable array: {err}") from None
+        if str(arr.dtype) != dtype or arr.ndim != ndim:
+            raise TraceError("schema", f"{name}.npy has dtype {arr.dtype} and {arr.ndim} dims; "
+                             f"expected {dtype} with {ndim}")
+        arr.setflags(write=False)
+        arrays[name] = arr
+    return Trace(manifest=manifest, arrays=arrays)

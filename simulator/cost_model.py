@@ -1,0 +1,101 @@
+"""The simulator's clock: one engine step's duration from its batch composition.
+
+Roofline form (docs/cost-model.md): for prefill chunks i (q_i new tokens after cache hits, c_i tokens
+already in KV) and decodes j (context c_j),
+
+    T_new = Σq_i + |D|            S = |D| + #prefills that finish (sample) this step
+    F     = 2·N_lin·T_new + 2·N_lm·S + A·[Σ(q_i·c_i + q_i(q_i+1)/2) + Σ(c_j + 1)]
+    M     = W + κ_kv·KV·(Σc_i + Σc_j) + KV·T_new
+    T     = overhead + per_seq·#seqs + sqrt((F/(η_c·P))² + (M/(η_b·BW))²)   (+ all-reduce under TP)
+
+F and M are divided by the tensor-parallel degree; each layer adds two ring all-reduces of the
+activations. The overhead is the engine family's CUDA-graph step time for pure-decode batches within
+the graph limit and its eager step time otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.profiles import HardwareProfile, ModelProfile, Overheads
+
+
+@dataclass(slots=True)
+class BatchShape:
+    """The sums a step's duration depends on. Schedulers fill this while building a batch."""
+
+    prefill_tokens: int = 0        # Σ q_i (uncached new tokens actually computed)
+    prefill_ctx: int = 0           # Σ c_i
+    prefill_pairs: float = 0.0     # Σ (q_i·c_i + q_i(q_i+1)/2)
+    prefill_seqs: int = 0
+    sampling_prefills: int = 0     # prefill chunks that complete their prompt (LM head runs)
+    decodes: int = 0               # |D|
+    decode_ctx: int = 0            # Σ c_j
+
+    def add_prefill(self, q: int, c: int, samples: bool) -> None:
+        self.prefill_tokens += q
+        self.prefill_ctx += c
+        self.prefill_pairs += q * c + q * (q + 1) / 2
+        self.prefill_seqs += 1
+        self.sampling_prefills += int(samples)
+
+    def add_decode(self, ctx: int) -> None:
+        self.decodes += 1
+        self.decode_ctx += ctx
+
+    @property
+    def seqs(self) -> int:
+        return self.prefill_seqs + self.decodes
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return self.prefill_seqs == 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.overhead_s + self.comm_s + math.hypot(self.compute_s, self.memory_s)
+
+
+class CostModel:
+    """Step-time predictor for one engine family on one hardware profile and model."""
+
+    def __init__(self, hw: HardwareProfile, model: ModelProfile, family: str, tp: int = 1,
+                 graph_max_bs: int = 256):
+        self.hw, self.model, self.tp = hw, model, tp
+        self.ovh: Overheads = hw.overhead(family)
+        self.graph_max_bs = graph_max_bs
+        kv = model.kv_bytes_per_token(1) / tp
+        self._flin = 2.0 * model.linear_params / tp
+        self._flm = 2.0 * model.lm_head_params / tp
+        self._attn = model.attention_flops_per_pair / tp
+        self._w = model.streamed_weight_bytes / tp
+        self._kv_read = hw.kappa_kv * kv
+        self._kv_write = kv
+        self._fc = 1.0 / (hw.eta_compute * hw.peak_flops)
+        self._fm = 1.0 / (hw.eta_bandwidth * hw.mem_bandwidth)
+        self._ar_bytes = 2.0 * (tp - 1) / tp * model.hidden * model.dtype_bytes if tp > 1 else 0.0
+
+    def cost(self, b: BatchShape) -> StepCost:
+        t_new = b.prefill_tokens + b.decodes
+        s = b.decodes + b.sampling_prefills
+        flops = self._flin * t_new + self._flm * s + self._attn * (b.prefill_pairs + b.decode_ctx + b.decodes)
+        mem = self._w + self._kv_read * (b.prefill_ctx + b.decode_ctx) + self._kv_write * t_new
+        comm = 0.0
+        if self.tp > 1:
+            per_ar = self.hw.link_latency_s + self._ar_bytes * t_new / self.hw.link_bandwidth
+            comm = 2 * self.model.layers * per_ar
+        graph = b.is_pure_decode and b.decodes <= self.graph_max_bs
+        ovh = (self.ovh.step_graph_s if graph else self.ovh.step_eager_s) + self.ovh.per_seq_s * b.seqs
+        return StepCost(flops * self._fc, mem * self._fm, comm, ovh)
+
+    def step_time(self, b: BatchShape) -> float:
+        return self.cost(b).total_s

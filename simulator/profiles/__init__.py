@@ -1,0 +1,174 @@
+"""Hardware and model profiles: YAML files in which every number carries its source.
+
+A number is written ``{value: …, source: "…", basis: datasheet|measured|derived|fitted|assumed}``;
+a profile with a number lacking a source is refused. Byte sizes (KV per token, weights) are derived
+from the model's dimensions, never typed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scenarios.errors import SpecError
+
+HERE = Path(__file__).parent
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+GIB = 1024**3
+
+
+def _value(node: Any, key: str, where: str) -> Any:
+    if not isinstance(node, dict) or "value" not in node:
+        raise SpecError(f"{where}: '{key}' must be {{value: …, source: …}}")
+    if not str(node.get("source", "")).strip():
+        raise SpecError(f"{where}: '{key}' has no source; every number in a profile needs one")
+    return node["value"]
+
+
+def _values(data: dict, where: str, skip: tuple[str, ...]) -> dict[str, Any]:
+    return {k: _value(v, k, where) for k, v in data.items() if k not in skip}
+
+
+def _find(kind: str, name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return p
+    q = HERE / kind / f"{name_or_path}.yaml"
+    if q.is_file():
+        return q
+    known = sorted(f.stem for f in (HERE / kind).glob("*.yaml"))
+    raise SpecError(f"{kind} profile '{name_or_path}' not found; known: {', '.join(known)} (or a .yaml path)")
+
+
+def _load(kind: str, name_or_path: str) -> tuple[dict, str]:
+    path = _find(kind, name_or_path)
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a profile is a mapping")
+    return data, str(path)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    dtype: str
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tie_embeddings: bool
+    qkv_bias: bool
+    max_context: int
+    special_token_start: int
+    activation_base_gib: float
+    activation_per_token_bytes: float
+    non_torch_gib: float
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def layer_linear_params(self) -> int:
+        d, h, kv, hd = self.hidden, self.heads, self.kv_heads, self.head_dim
+        attn = d * h * hd + 2 * d * kv * hd + h * hd * d
+        bias = (h + 2 * kv) * hd if self.qkv_bias else 0
+        return attn + bias + 3 * d * self.ffn
+
+    @property
+    def linear_params(self) -> int:
+        """N_lin: non-embedding linear parameters (all layers)."""
+        return self.layers * self.layer_linear_params
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def total_params(self) -> int:
+        norms = self.layers * 2 * self.hidden + self.hidden
+        embed = self.vocab * self.hidden
+        head = 0 if self.tie_embeddings else self.lm_head_params
+        return embed + self.linear_params + norms + head
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.total_params * self.dtype_bytes
+
+    @property
+    def streamed_weight_bytes(self) -> int:
+        """W: bytes read per forward pass (linear layers + LM head; the embedding is a gather)."""
+        return (self.linear_params + self.lm_head_params) * self.dtype_bytes
+
+    def kv_bytes_per_token(self, tp: int = 1) -> int:
+        kv_heads = max(1, self.kv_heads // tp)
+        return 2 * self.layers * kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """A = 4·L·heads·head_dim FLOPs per (query, key) pair (QKᵀ and PV)."""
+        return 4 * self.layers * self.heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class Overheads:
+    step_graph_s: float
+    step_eager_s: float
+    per_seq_s: float
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    peak_flops: float
+    mem_bandwidth: float
+    memory_cuda_gib: float
+    memory_smi_mib: float
+    init_used_gib: float
+    link_bandwidth: float
+    link_latency_s: float
+    eta_compute: float
+    eta_bandwidth: float
+    kappa_kv: float
+    overheads: dict[str, Overheads]
+    path: str = ""
+
+    def overhead(self, family: str) -> Overheads:
+        if family not in self.overheads:
+            raise SpecError(f"hardware profile '{self.name}' has no overheads for engine family '{family}'; "
+                            f"it has {sorted(self.overheads)}")
+        return self.overheads[family]
+
+
+def load_model(name_or_path: str) -> ModelProfile:
+    data, where = _load("models", name_or_path)
+    vals = _values(data, where, ("name", "description", "dtype"))
+    if data.get("dtype") not in DTYPE_BYTES:
+        raise SpecError(f"{where}: dtype {data.get('dtype')!r}; accepted: {sorted(DTYPE_BYTES)}")
+    try:
+        return ModelProfile(name=str(data["name"]), dtype=data["dtype"], **vals)
+    except TypeError as err:
+        raise SpecError(f"{where}: {err}") from None
+
+
+def load_hardware(name_or_path: str) -> HardwareProfile:
+    data, where = _load("hardware", name_or_path)
+    cost = data.get("cost") or {}
+    vals = _values(data, where, ("name", "description", "cost", "kind", "fit"))
+    cvals = _values(cost, where, ("overheads",))
+    ovh = {fam: Overheads(**_values(o, f"{where} overheads.{fam}", ())) for fam, o in
+           (cost.get("overheads") or {}).items()}
+    try:
+        return HardwareProfile(name=str(data["name"]), overheads=ovh, path=where, **vals, **cvals)
+    except TypeError as err:
+        raise SpecError(f"{where}: {err}") from None
+
+
+def known(kind: str) -> list[str]:
+    return sorted(f.stem for f in (HERE / kind).glob("*.yaml"))
