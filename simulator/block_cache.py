@@ -1,0 +1,272 @@
+"""vLLM's paged KV cache with automatic prefix caching over hashed full blocks.
+
+Blocks are counted, not materialised: a block is either *free* (no content), *cached* (a full block
+registered under its chained hash, shared by every sequence that references it) or *private* (a
+sequence's mutable tail block, or any block when prefix caching is off). Cached blocks whose
+reference count drops to zero stay in the cache as *evictable* until a fresh block is needed.
+
+Eviction order by variant (see docs/engines.md):
+- ``v0`` (vLLM 0.6.3 ``LRUEvictor``): oldest ``last_accessed`` first; among equal times the deepest
+  block (largest number of hashed tokens) first. Free content-less blocks are used before evicting.
+- ``v1`` (vLLM V1 free-block queue): blocks join the queue's tail when freed, a request's blocks in
+  reverse order (deepest first); allocation takes from the head.
+
+Contract: ``free + evictable + used == num_blocks`` always; a referenced block is never evicted;
+``check_integrity()`` verifies both.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.request import Request
+
+
+class AllocStatus(Enum):
+    OK = 0
+    LATER = 1
+    NEVER = 2
+
+
+class CachedBlock:
+    __slots__ = ("refcount", "last_access", "depth", "computed_step", "version")
+
+    def __init__(self, depth: int, step: int, now: float):
+        self.refcount = 1
+        self.last_access = now
+        self.depth = depth
+        self.computed_step = step
+        self.version = 0
+
+
+@dataclass(slots=True)
+class SeqBlocks:
+    """A sequence's block table: the hashes of its cached full blocks, then ``n_private`` blocks."""
+
+    hashes: list[int]
+    n_private: int
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.hashes) + self.n_private
+
+
+class BlockCache:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool, variant: str = "v0"):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be ≥ 1")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.prefix_caching, self.variant = prefix_caching, variant
+        self.free_hashless = num_blocks
+        self.private_used = 0
+        self.cached: dict[int, CachedBlock] = {}
+        self._heap: list[tuple[float, int, int, int, int]] = []  # (key1, key2, seq, hash, version)
+        self._num_evictable = 0
+        self._seq = 0
+        self.hit_blocks = 0      # cumulative block-granular lookups, as vLLM's hit-rate metric
+        self.query_blocks = 0
+
+    # --- counts ----------------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Blocks an allocation may take: content-less plus evictable cached blocks (vLLM's view)."""
+        return self.free_hashless + self._num_evictable
+
+    @property
+    def num_evictable(self) -> int:
+        return self._num_evictable
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_free
+
+    def usage(self) -> float:
+        """KV-cache usage as vLLM reports it: 1 − free/total, evictable cached blocks counting as free."""
+        return 1.0 - self.num_free / self.num_blocks
+
+    def blocks_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.block_size)
+
+    # --- eviction order --------------------------------------------------------------------------
+    def _push_evictable(self, h: int, blk: CachedBlock) -> None:
+        self._seq += 1
+        blk.version += 1
+        key = (blk.last_access, -blk.depth) if self.variant == "v0" else (float(self._seq), 0)
+        heapq.heappush(self._heap, (key[0], key[1], self._seq, h, blk.version))
+        self._num_evictable += 1
+
+    def _take_fresh(self) -> None:
+        """Take one block for new content: a content-less one, else evict a cached one."""
+        if self.free_hashless > 0:
+            self.free_hashless -= 1
+            return
+        while self._heap:
+            _, _, _, h, ver = heapq.heappop(self._heap)
+            blk = self.cached.get(h)
+            if blk is not None and blk.refcount == 0 and blk.version == ver:
+                del self.cached[h]
+                self._num_evictable -= 1
+                return
+        raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
+
+    # --- admission and allocation ----------------------------------------------------------------
+    def can_allocate(self, n_tokens: int, watermark: int) -> AllocStatus:
+        """vLLM V0 ``can_allocate``: worst case, ignores prefix sharing."""
+        need = self.blocks_for(n_tokens)
+        if self.num_blocks - need < watermark:
+            return AllocStatus.NEVER
+        if self.num_free - need >= watermark:
+            return AllocStatus.OK
+        return AllocStatus.LATER
+
+    def _ref(self, h: int, now: float) -> None:
+        blk = self.cached[h]
+        if blk.refcount == 0:
+            self._num_evictable -= 1
+            blk.version += 1
+        blk.refcount += 1
+        blk.last_access = now
+
+    def allocate(self, req: Request, n_tokens: int, step: int, now: float) -> SeqBlocks:
+        """Allocate the blocks covering the first n_tokens of req (sharing cached full blocks)."""
+        n_full = n_tokens // self.block_size
+        n_total = self.blocks_for(n_tokens)
+        table = SeqBlocks([], 0)
+        if self.prefix_caching and n_full:
+            for depth, h in enumerate(req.block_hashes(n_full, self.block_size).tolist(), start=1):
+                self.query_blocks += 1
+                if h in self.cached:
+                    self.hit_blocks += 1
+                    self._ref(h, now)
+                else:
+                    self._take_fresh()
+                    self.cached[h] = CachedBlock(depth, step, now)
+                table.hashes.append(h)
+        for _ in range(n_total - len(table.hashes)):
+            self._take_fresh()
+            self.private_used += 1
+            table.n_private += 1
+        req.engine = table
+        return table
+
+    def computed_prefix_tokens(self, req: Request, step: int, cap_tokens: int) -> int:
+        """Tokens whose KV can be skipped: the leading run of blocks computed in an earlier step,
+        never including the last block of the table (vLLM V0 ``get_computed_block_ids``)."""
+        table: SeqBlocks = req.engine
+        usable = min(len(table.hashes), table.num_blocks - 1)
+        n = 0
+        for h in table.hashes[:usable]:
+            if self.cached[h].computed_step >= step:
+                break
+            n += 1
+        return min(n * self.block_size, cap_tokens)
+
+    def lookup_hit_blocks(self, req: Request, n_tokens: int) -> int:
+        """Leading full blocks of the first n_tokens already cached (no state change)."""
+        if not self.prefix_caching:
+            return 0
+        n = 0
+        for h in req.block_hashes(n_tokens // self.block_size, self.block_size).tolist():
+            if h not in self.cached:
+                break
+            n += 1
+        return n
+
+    # --- growth ----------------------------------------------------------------------------------
+    def append_slot(self, req: Request, n_tokens_after: int, step: int, now: float) -> None:
+        """Grow req's table so it covers n_tokens_after tokens (allocating a block when the tail is full)."""
+        table: SeqBlocks = req.engine
+        while table.num_blocks < self.blocks_for(n_tokens_after):
+            self._take_fresh()
+            self.private_used += 1
+            table.n_private += 1
+
+    def promote_full_blocks(self, req: Request, n_tokens: int, step: int, now: float) -> None:
+        """Register the sequence's newly filled blocks under their hashes (vLLM promotion); if the hash
+        is already cached, share that block and release the private one."""
+        if not self.prefix_caching:
+            return
+        table: SeqBlocks = req.engine
+        n_full = n_tokens // self.block_size
+        while len(table.hashes) < n_full and table.n_private > 0:
+            depth = len(table.hashes) + 1
+            h = int(req.block_hashes(depth, self.block_size)[depth - 1])
+            table.n_private -= 1
+            self.private_used -= 1
+            if h in self.cached:
+                self._ref(h, now)
+                self.free_hashless += 1
+            else:
+                self.cached[h] = CachedBlock(depth, step, now)
+            table.hashes.append(h)
+
+    # --- release ---------------------------------------------------------------------------------
+    def free(self, req: Request, now: float) -> None:
+        """Release req's blocks: cached ones become evictable at refcount 0 (deepest first)."""
+        table: SeqBlocks | None = req.engine
+        if table is None:
+            return
+        for h in reversed(table.hashes):
+            blk = self.cached[h]
+            blk.refcount -= 1
+            blk.last_access = now
+            if blk.refcount == 0:
+                self._push_evictable(h, blk)
+        self.private_used -= table.n_private
+        self.free_hashless += table.n_private
+        req.engine = None
+
+    def touch(self, req: Request, now: float) -> None:
+        table: SeqBlocks | None = req.engine
+        if table is not None:
+            for h in table.hashes:
+                self.cached[h].last_access = now
+
+    # --- contract --------------------------------------------------------------------------------
+    def check_integrity(self, live: list[Request] | None = None) -> None:
+        refd = sum(1 for b in self.cached.values() if b.refcount > 0)
+        evictable = sum(1 for b in self.cached.values() if b.refcount == 0)
+        assert all(b.refcount >= 0 for b in self.cached.values()), "negative refcount"
+        assert evictable == self._num_evictable, f"evictable {evictable} != counter {self._num_evictable}"
+        total = self.free_hashless + evictable + refd + self.private_used
+        assert total == self.num_blocks, f"free+evictable+used {total} != {self.num_blocks}"
+        if live is not None:
+            refs: dict[int, int] = {}
+            priv = 0
+            for r in live:
+                t: SeqBlocks | None = r.engine
+                if t is None:
+                    continue
+                priv += t.n_private
+                for h in t.hashes:
+                    assert h in self.cached, "a live sequence references an evicted block"
+                    refs[h] = refs.get(h, 0) + 1
+            assert priv == self.private_used, f"private blocks {priv} != {self.private_used}"
+            for h, b in self.cached.items():
+                assert b.refcount == refs.get(h, 0), "refcount differs from live references"
+
+
+def blocks_needed(n_tokens: int, block_size: int) -> int:
+    return math.ceil(n_tokens / block_size)
+
+
+def share_hits(cache: BlockCache, req: Request, n_blocks: int, now: float) -> SeqBlocks:
+    """V1 admission: start req's table with its first n_blocks cached blocks (refcounts taken)."""
+    table = SeqBlocks([], 0)
+    if n_blocks:
+        for h in req.block_hashes(n_blocks, cache.block_size).tolist():
+            cache._ref(h, now)
+            table.hashes.append(h)
+    req.engine = table
+    return table
+
+
+def evictable_among(cache: BlockCache, req: Request, n_blocks: int) -> int:
+    """How many of req's first n_blocks cached blocks sit unreferenced (taking them uses free room)."""
+    if not n_blocks:
+        return 0
+    hs = req.block_hashes(n_blocks, cache.block_size).tolist()
+    return sum(1 for h in hs if cache.cached[h].refcount == 0)

@@ -1,0 +1,86 @@
+"""One engine replica as a SimPy process: schedule → batch → duration from the cost model → advance
+time → emit tokens, finish, free.
+
+Ties: SimPy orders events at the same simulated time by the order in which they were scheduled; a
+step's completion and an arrival at the same instant are therefore handled in scheduling order, and
+requests that become issuable during a step are seen by the next ``schedule()`` call. Client timeouts
+are applied at step boundaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from simulator.cost_model import CostModel
+from simulator.request import Request
+from simulator.telemetry import Telemetry
+
+
+class Replica:
+    def __init__(self, env: simpy.Environment, scheduler: Any, cost: CostModel, telemetry: Telemetry,
+                 on_finish: Callable[[Request], None], check_every: int = 0):
+        self.env, self.sched, self.cost, self.tel = env, scheduler, cost, telemetry
+        self.on_finish = on_finish
+        self.check_every = check_every
+        self.step_id = 0
+        self._wake: simpy.Event | None = None
+        self._aborts: list[Request] = []
+        self.busy_s = 0.0
+        env.process(self._loop())
+
+    def submit(self, req: Request) -> None:
+        self.sched.add(req, self.env.now)
+        self._kick()
+
+    def abort(self, req: Request) -> None:
+        self._aborts.append(req)
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _apply_aborts(self) -> None:
+        for r in self._aborts:
+            if not r.is_finished and not r.error:
+                self.sched.abort(r, self.env.now)
+                r.error = "timeout"
+                self.on_finish(r)
+        self._aborts.clear()
+
+    def _drain_rejected(self) -> None:
+        for r in self.sched.rejected:
+            self.on_finish(r)
+        self.sched.rejected.clear()
+
+    def _loop(self):  # type: ignore[no-untyped-def]
+        env, sched = self.env, self.sched
+        while True:
+            self._apply_aborts()
+            step = sched.schedule(env.now, self.step_id) if sched.has_work else None
+            self._drain_rejected()
+            if step is None:
+                if sched.has_work and not sched.running and sched.waiting:
+                    r = sched.waiting.popleft()
+                    sched.reject(r, "can never be admitted (exceeds the KV capacity)")
+                    self._drain_rejected()
+                    continue
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            dur = self.cost.step_time(step.shape)
+            yield env.timeout(dur)
+            self.busy_s += dur
+            done = sched.complete(step, env.now, self.step_id)
+            self.step_id += 1
+            c = sched.counters
+            self.tel.sample(env.now, sched.kv_usage(), len(sched.waiting), len(sched.running),
+                            c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens)
+            if self.check_every and self.step_id % self.check_every == 0:
+                sched.check_integrity()
+            for r in done:
+                self.on_finish(r)

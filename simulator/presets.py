@@ -1,0 +1,175 @@
+"""Engine presets and default resolution, done the way each engine does it at start-up.
+
+Presets: ``vllm-0.6.3``, ``vllm-v1`` (0.33.0), ``sglang-0.4.1``, ``sglang-current`` (0.5.23).
+``resolve(preset, hardware, model, context, overrides)`` returns the fully resolved configuration
+(every ``None`` filled in, KV capacity computed from the memory rules) or raises SpecError.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import ValidationError
+
+from scenarios.errors import SpecError
+from scenarios.spec import format_validation_error
+from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
+from simulator.profiles import GIB, HardwareProfile, ModelProfile
+
+PRESETS: dict[str, tuple[type, dict[str, Any]]] = {
+    "vllm-0.6.3": (VllmV0Config, {}),
+    "vllm-v1": (VllmV1Config, {}),
+    "sglang-0.4.1": (SglangConfig, {}),
+    "sglang-current": (SglangConfig, {"version": "0.5.23", "schedule_policy": "fcfs"}),
+}
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["k=v", …]`` → dict, values parsed as YAML scalars (true, 2048, 0.88, fcfs)."""
+    import yaml
+    out: dict[str, Any] = {}
+    for it in items or []:
+        if "=" not in it:
+            raise SpecError(f"--set {it!r}: expected key=value")
+        k, v = it.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v) if v.strip() else None
+    return out
+
+
+def _build(cls: type, fields: dict[str, Any], where: str) -> Any:
+    try:
+        return cls.model_validate(fields)
+    except ValidationError as err:
+        msg = format_validation_error(err, where)
+        if err.errors()[0]["type"] == "extra_forbidden":
+            msg += f"; accepted keys: {', '.join(sorted(cls.model_fields))}"
+        raise SpecError(msg) from None
+
+
+def resolve(preset: str, hw: HardwareProfile, model: ModelProfile, context: int | None = None,
+            overrides: dict[str, Any] | None = None) -> EngineConfig:
+    if preset not in PRESETS:
+        raise SpecError(f"engine preset '{preset}' unknown; known: {', '.join(PRESETS)}")
+    cls, base = PRESETS[preset]
+    fields = {**base, **(overrides or {})}
+    cfg = _build(cls, fields, f"engine {preset}")
+    if isinstance(cfg, VllmV0Config):
+        return _resolve_vllm_v0(cfg, hw, model, context)
+    if isinstance(cfg, VllmV1Config):
+        return _resolve_vllm_v1(cfg, hw, model, context)
+    return _resolve_sglang(cfg, hw, model, context)
+
+
+def _context(given: int | None, context: int | None, model: ModelProfile) -> int:
+    return int(given or context or model.max_context)
+
+
+def vllm_activation_gib(model: ModelProfile, batched_tokens: int) -> float:
+    """Peak activation memory of vLLM's profile run at ``batched_tokens`` (line through measurements)."""
+    return model.activation_base_gib + model.activation_per_token_bytes * batched_tokens / GIB
+
+
+def _vllm_blocks(hw: HardwareProfile, model: ModelProfile, util: float, tokens: int, block_size: int,
+                 tp: int, extra_gib: float = 0.0) -> int:
+    budget = hw.memory_cuda_gib * util
+    peak = model.weight_bytes / tp / GIB + vllm_activation_gib(model, tokens) + model.non_torch_gib + extra_gib
+    block_bytes = block_size * model.kv_bytes_per_token(tp)
+    n = math.floor((budget - peak) * GIB / block_bytes)
+    if n < 1:
+        raise SpecError(f"no KV memory left: {model.name} on {hw.name} at gpu_memory_utilization={util} "
+                        f"needs {peak:.2f} GiB of {budget:.2f} GiB; raise utilisation or TP, or lower the "
+                        "context")
+    return n
+
+
+def _resolve_vllm_v0(c: VllmV0Config, hw: HardwareProfile, model: ModelProfile,
+                     context: int | None) -> VllmV0Config:
+    ctx = _context(c.max_model_len, context, model)
+    chunked = c.enable_chunked_prefill
+    if chunked is None:
+        chunked = ctx > 32768  # arg_utils: on by default only for long contexts (CUDA, no LoRA/spec)
+    budget = c.max_num_batched_tokens
+    if budget is None:
+        budget = 512 if chunked else max(ctx, 2048)
+    if not chunked and budget < ctx:
+        raise SpecError(f"engine vllm-0.6.3: max_num_batched_tokens={budget} < max_model_len={ctx} "
+                        "without chunked prefill; accepted: ≥ max_model_len, or chunked prefill on")
+    if budget < c.max_num_seqs:
+        raise SpecError(f"engine vllm-0.6.3: max_num_batched_tokens={budget} < max_num_seqs={c.max_num_seqs}")
+    if chunked and c.enable_prefix_caching and budget % c.block_size:
+        raise SpecError(f"engine vllm-0.6.3: max_num_batched_tokens={budget} must be a multiple of "
+                        f"block_size={c.block_size} with chunked prefill and prefix caching")
+    tp = c.tensor_parallel_size
+    blocks = c.num_gpu_blocks or _vllm_blocks(hw, model, c.gpu_memory_utilization, budget, c.block_size, tp)
+    return c.model_copy(update={"max_model_len": ctx, "enable_chunked_prefill": chunked,
+                                "max_num_batched_tokens": budget, "num_gpu_blocks": blocks})
+
+
+def _resolve_vllm_v1(c: VllmV1Config, hw: HardwareProfile, model: ModelProfile,
+                     context: int | None) -> VllmV1Config:
+    ctx = _context(c.max_model_len, context, model)
+    mem = hw.memory_cuda_gib
+    if mem >= 160:
+        tokens, seqs = 16384, 1024
+    elif mem >= 70 and not hw.name.startswith("a100"):
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    if not c.enable_chunked_prefill:
+        tokens = max(ctx, tokens)
+    budget = c.max_num_batched_tokens or tokens
+    max_seqs = c.max_num_seqs or seqs
+    tp = c.tensor_parallel_size
+    blocks = c.num_gpu_blocks or _vllm_blocks(hw, model, c.gpu_memory_utilization, budget, c.block_size, tp,
+                                              c.cuda_graph_gib)
+    return c.model_copy(update={"max_model_len": ctx, "max_num_batched_tokens": budget,
+                                "max_num_seqs": max_seqs, "num_gpu_blocks": blocks})
+
+
+def _sglang_mem_fraction(c: SglangConfig, hw: HardwareProfile, chunk: int, graph_bs: int) -> float:
+    tp = c.tensor_parallel_size
+    if c.version.startswith("0.4"):
+        return 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
+    gpu_mib = hw.memory_cuda_gib * 1024
+    reserved = 512 + 1.5 * max(chunk, 2048) + tp / 8 * 1024 + 2 * graph_bs
+    if hw.memory_cuda_gib > 60:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def _sglang_chunk(c: SglangConfig, hw: HardwareProfile) -> int:
+    if c.version.startswith("0.4"):
+        return 2048 if hw.memory_smi_mib < 25000 else 8192
+    g = hw.memory_cuda_gib
+    return 2048 if g < 20 else 4096 if g < 60 else 8192 if g < 160 else 16384
+
+
+def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
+                    context: int | None) -> SglangConfig:
+    ctx = _context(c.context_length, context, model)
+    tp = c.tensor_parallel_size
+    chunk = c.chunked_prefill_size if c.chunked_prefill_size is not None else _sglang_chunk(c, hw)
+    graph_bs = c.cuda_graph_max_bs
+    if graph_bs is None:
+        graph_bs = (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
+    mf = c.mem_fraction_static or _sglang_mem_fraction(c, hw, max(chunk, 0), graph_bs)
+    free_before = hw.memory_cuda_gib - hw.init_used_gib
+    free_after = free_before - model.weight_bytes / tp / GIB
+    rest = free_after - free_before * (1 - mf)
+    pool = c.max_total_tokens or math.floor(rest * GIB / model.kv_bytes_per_token(tp))
+    if pool < 1:
+        raise SpecError(f"no KV memory left: {model.name} on {hw.name} at mem_fraction_static={mf}")
+    max_num_reqs = min(max(int(pool / ctx * 512), 2048), 4096)
+    running = c.max_running_requests or min(pool // 2, max_num_reqs + 1)
+    return c.model_copy(update={"context_length": ctx, "chunked_prefill_size": chunk,
+                                "cuda_graph_max_bs": graph_bs, "mem_fraction_static": mf,
+                                "max_total_tokens": pool, "max_running_requests": running})
+
+
+def kv_capacity_tokens(cfg: EngineConfig) -> int:
+    if isinstance(cfg, SglangConfig):
+        assert cfg.max_total_tokens is not None
+        return cfg.max_total_tokens
+    assert cfg.num_gpu_blocks is not None
+    return cfg.num_gpu_blocks * cfg.block_size

@@ -1,0 +1,183 @@
+"""SGLang's RadixCache: a token-granular compressed trie over token ids (one KV slot per token).
+
+- ``match_prefix`` walks from the root, splitting a node where the match ends inside it, and refreshes
+  ``last_access`` on every visited node.
+- ``insert`` adds the unmatched remainder as a new leaf and returns the length already present
+  (the caller frees its duplicate slots for that range).
+- ``inc_lock_ref`` / ``dec_lock_ref`` walk up to the root; a node with ``lock_ref == 0`` is evictable.
+- ``evict(n)`` frees whole unlocked leaves in least-recently-used order, tails first, until at least n
+  tokens are freed; it runs only when an allocation would fail.
+
+Contract: ``evictable_size + protected_size == total_size``; locked nodes are never evicted;
+``check_integrity()`` verifies both by walking the tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from simulator.kernels import common_prefix_len
+
+
+class Node:
+    __slots__ = ("children", "parent", "key", "lock_ref", "last_access")
+
+    def __init__(self, key: np.ndarray, parent: Node | None, now: float):
+        self.children: dict[int, Node] = {}
+        self.parent = parent
+        self.key = key
+        self.lock_ref = 0
+        self.last_access = now
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+class RadixCache:
+    def __init__(self) -> None:
+        self.root = Node(np.zeros(0, dtype=np.int32), None, 0.0)
+        self.root.lock_ref = 1
+        self.total_size = 0
+        self.evictable_size = 0
+
+    @property
+    def protected_size(self) -> int:
+        return self.total_size - self.evictable_size
+
+    # --- match and insert ------------------------------------------------------------------------
+    def _split(self, node: Node, at: int, now: float) -> Node:
+        """Split node's key at position ``at``; returns the new upper node."""
+        assert node.parent is not None
+        upper = Node(node.key[:at], node.parent, now)
+        upper.lock_ref = node.lock_ref
+        upper.children[int(node.key[at])] = node
+        node.parent.children[int(node.key[0])] = upper
+        node.parent = upper
+        node.key = node.key[at:]
+        return upper
+
+    def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None) -> tuple[int, Node]:
+        """Longest cached prefix of key (at most max_len tokens): (length, last matched node)."""
+        if max_len is not None:
+            key = key[:max_len]
+        node, n = self.root, 0
+        node.last_access = now
+        while n < len(key):
+            child = node.children.get(int(key[n]))
+            if child is None:
+                break
+            m = common_prefix_len(child.key, key[n:])
+            child.last_access = now
+            if m < len(child.key):
+                child = self._split(child, m, now)
+                n += m
+                node = child
+                break
+            n += m
+            node = child
+        return n, node
+
+    def insert(self, key: np.ndarray, now: float) -> int:
+        """Insert key; returns how many leading tokens were already present."""
+        node, n = self.root, 0
+        node.last_access = now
+        while n < len(key):
+            child = node.children.get(int(key[n]))
+            if child is None:
+                break
+            m = common_prefix_len(child.key, key[n:])
+            child.last_access = now
+            if m < len(child.key):
+                child = self._split(child, m, now)
+            n += m
+            node = child
+        if n < len(key):
+            leaf = Node(np.array(key[n:], dtype=np.int32), node, now)
+            node.children[int(key[n])] = leaf
+            self.total_size += len(key) - n
+            self.evictable_size += len(key) - n
+        return n
+
+    def node_for(self, key: np.ndarray, now: float) -> Node:
+        """The node ending exactly at len(key) (key must be fully present)."""
+        n, node = self.match_prefix(key, now)
+        assert n == len(key), "node_for: key not fully cached"
+        return node
+
+    # --- locks -----------------------------------------------------------------------------------
+    def inc_lock_ref(self, node: Node) -> int:
+        """Lock the path root→node; returns the number of tokens that stopped being evictable."""
+        delta = 0
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_size -= len(node.key)
+                delta += len(node.key)
+            node.lock_ref += 1
+            assert node.parent is not None
+            node = node.parent
+        return delta
+
+    def dec_lock_ref(self, node: Node) -> int:
+        delta = 0
+        while node is not self.root:
+            if node.lock_ref == 1:
+                self.evictable_size += len(node.key)
+                delta += len(node.key)
+            node.lock_ref -= 1
+            assert node.lock_ref >= 0, "lock_ref below zero"
+            assert node.parent is not None
+            node = node.parent
+        return delta
+
+    # --- eviction --------------------------------------------------------------------------------
+    def _leaves(self) -> list[Node]:
+        out, stack = [], [self.root]
+        while stack:
+            nd = stack.pop()
+            if nd.is_leaf and nd is not self.root:
+                out.append(nd)
+            stack.extend(nd.children.values())
+        return out
+
+    def evict(self, n_tokens: int) -> int:
+        """Free unlocked leaves, least recently used first, until ≥ n_tokens are freed. Returns freed."""
+        if n_tokens <= 0 or self.evictable_size == 0:
+            return 0
+        heap = [(nd.last_access, i, nd) for i, nd in enumerate(self._leaves())]
+        heapq.heapify(heap)
+        counter = len(heap)
+        freed = 0
+        while freed < n_tokens and heap:
+            _, _, nd = heapq.heappop(heap)
+            if nd.lock_ref > 0 or nd is self.root:
+                continue
+            parent = nd.parent
+            assert parent is not None
+            del parent.children[int(nd.key[0])]
+            freed += len(nd.key)
+            self.total_size -= len(nd.key)
+            self.evictable_size -= len(nd.key)
+            if parent is not self.root and parent.is_leaf and parent.lock_ref == 0:
+                counter += 1
+                heapq.heappush(heap, (parent.last_access, counter, parent))
+        return freed
+
+    # --- contract --------------------------------------------------------------------------------
+    def check_integrity(self) -> None:
+        total = evictable = 0
+        stack = [self.root]
+        while stack:
+            nd = stack.pop()
+            for first, ch in nd.children.items():
+                assert ch.parent is nd, "broken parent link"
+                assert len(ch.key) > 0 and int(ch.key[0]) == first, "child keyed by a wrong first token"
+                assert ch.lock_ref >= 0, "negative lock_ref"
+                assert ch.lock_ref <= nd.lock_ref or nd is self.root, "child locked more than its parent"
+                total += len(ch.key)
+                evictable += len(ch.key) if ch.lock_ref == 0 else 0
+                stack.append(ch)
+        assert total == self.total_size, f"tree holds {total} tokens, counter says {self.total_size}"
+        assert evictable == self.evictable_size, f"evictable {evictable} != counter {self.evictable_size}"

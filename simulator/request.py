@@ -1,0 +1,107 @@
+"""A request inside a simulated engine: what it asked for and how far it has got.
+
+Token accounting (all engines): ``num_computed`` tokens have KV in the cache; ``output_len`` tokens
+have been generated. A prefill that completes a prompt (or a re-prefill of prompt + outputs after a
+preemption) samples one token; every decode computes the KV of the last generated token and samples
+the next. A request is finished when ``output_len == max_tokens`` (the trace asks for exactly that many,
+as with ``ignore_eos``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from simulator.kernels import ROOT_HASH, chain_hashes
+
+
+class Request:
+    __slots__ = ("idx", "dag", "role", "prompt", "prompt_len", "max_tokens", "output_len", "num_computed",
+                 "send_s", "planned_s", "first_token_s", "last_token_s", "cached_tokens", "preemptions",
+                 "token_times", "error", "engine", "_hashes", "_hash_bs", "arrival_seq")
+
+    def __init__(self, idx: int, dag: int, role: str, prompt: np.ndarray, max_tokens: int,
+                 planned_s: float, send_s: float, arrival_seq: int, record_tokens: bool = False):
+        self.idx, self.dag, self.role = idx, dag, role
+        self.prompt = prompt
+        self.prompt_len = int(prompt.shape[0])
+        self.max_tokens = max_tokens
+        self.output_len = 0
+        self.num_computed = 0
+        self.planned_s, self.send_s = planned_s, send_s
+        self.first_token_s = float("nan")
+        self.last_token_s = float("nan")
+        self.cached_tokens = -1
+        self.preemptions = 0
+        self.token_times: list[float] | None = [] if record_tokens else None
+        self.error = ""
+        self.engine: Any = None  # engine-specific per-request state (block table, radix node, …)
+        self._hashes: np.ndarray | None = None
+        self._hash_bs = 0
+        self.arrival_seq = arrival_seq
+
+    # --- derived ---------------------------------------------------------------------------------
+    @property
+    def output_token_id(self) -> int:
+        """Generated tokens are simulated as one id unique to the request (never equal to a prompt id)."""
+        return -(self.idx + 1)
+
+    @property
+    def fill_len(self) -> int:
+        """Tokens a (re-)prefill must cover: the prompt plus every token generated so far."""
+        return self.prompt_len + self.output_len
+
+    @property
+    def remaining_prefill(self) -> int:
+        return self.fill_len - self.num_computed
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.output_len == 0 or self.remaining_prefill > 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.output_len >= self.max_tokens
+
+    @property
+    def context_len(self) -> int:
+        """Tokens in KV that a decode of this request attends to."""
+        return self.num_computed
+
+    def tokens(self, n: int) -> np.ndarray:
+        """The first n tokens of prompt + generated."""
+        if n <= self.prompt_len:
+            return self.prompt[:n]
+        gen = np.full(n - self.prompt_len, self.output_token_id, dtype=np.int32)
+        return np.concatenate([self.prompt, gen])
+
+    def block_hashes(self, n_blocks: int, block_size: int) -> np.ndarray:
+        """Chained hashes of the first n full blocks (memoised; extended as outputs grow)."""
+        h = self._hashes
+        if h is None or self._hash_bs != block_size or h.shape[0] < n_blocks:
+            if h is not None and self._hash_bs == block_size and h.shape[0]:
+                start = h.shape[0]
+                toks = self.tokens(n_blocks * block_size)[start * block_size:]
+                more = chain_hashes(toks, block_size, int(h[-1]))
+                h = np.concatenate([h, more])
+            else:
+                full = max(n_blocks, self.prompt_len // block_size)
+                h = chain_hashes(self.tokens(full * block_size), block_size, ROOT_HASH)
+            self._hashes, self._hash_bs = h, block_size
+        return h[:n_blocks]
+
+    # --- events ----------------------------------------------------------------------------------
+    def emit_token(self, now: float) -> None:
+        self.output_len += 1
+        if self.output_len == 1:
+            self.first_token_s = now
+        self.last_token_s = now
+        if self.token_times is not None:
+            self.token_times.append(now)
+
+    def reset_for_recompute(self) -> None:
+        """Preempted by recompute / retracted: KV gone, outputs kept, prefill starts again."""
+        self.num_computed = 0
+        self.preemptions += 1
+        self.engine = None

@@ -1,0 +1,63 @@
+"""What every engine scheduler shares: the Step it returns, the counters it keeps, the common
+completion rule. Engine-specific rules live in one file per engine family."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from simulator.cost_model import BatchShape
+from simulator.request import Request
+
+
+@dataclass(slots=True)
+class Step:
+    """One engine iteration: each item is (request, tokens advanced this step)."""
+
+    kind: str                      # "prefill", "decode" or "mixed"
+    items: list[tuple[Request, int]]
+    shape: BatchShape = field(default_factory=BatchShape)
+
+
+@dataclass(slots=True)
+class Counters:
+    preemptions: int = 0
+    prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
+    ignored: int = 0
+
+
+class SchedulerBase:
+    """Queues and counters; subclasses implement ``schedule``, ``release`` and ``kv_usage``."""
+
+    family = "base"
+
+    def __init__(self) -> None:
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.counters = Counters()
+        self.rejected: list[Request] = []
+
+    def add(self, req: Request, now: float) -> None:
+        self.waiting.append(req)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def reject(self, req: Request, why: str) -> None:
+        """A request the engine can never serve (vLLM FINISHED_IGNORED; too long for the pool)."""
+        req.error = why
+        self.counters.ignored += 1
+        self.rejected.append(req)
+
+    def advance(self, step: Step, now: float) -> list[Request]:
+        """Apply a finished step: advance computed tokens, emit tokens. Returns requests that finished."""
+        done = []
+        for req, n in step.items:
+            req.num_computed += n
+            if req.num_computed >= req.fill_len:
+                req.emit_token(now)
+                if req.is_finished:
+                    done.append(req)
+        return done

@@ -1,0 +1,328 @@
+"""SGLang scheduler (0.4.1 rules; ``sglang-current`` differs only in resolved defaults).
+
+Each iteration tries to build a PREFILL (extend) batch first — the request being chunked continues,
+then waiting requests in policy order (LPM by radix match with the >128 FCFS fallback and in-batch
+prefix de-duplication) admitted while the ``new_token_ratio`` reservation, ``max_prefill_tokens`` and
+the chunk budget allow (only one request cut at a time); if one forms it runs alone. Otherwise every
+running request decodes; when the pool (after radix eviction) cannot hold one slot per request, the
+requests with the fewest outputs (ties: longest prompt) are retracted to the tail of ``waiting``.
+With the overlap scheduler a finished request is released one step late and, if that step is a decode,
+takes one more slot in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.config import SglangConfig
+from simulator.cost_model import BatchShape
+from simulator.radix_cache import Node, RadixCache
+from simulator.request import Request
+from simulator.schedulers.base import SchedulerBase, Step
+from simulator.schedulers.policies import get_ordering
+
+
+@dataclass(slots=True)
+class SgState:
+    """A request's slots: ``prefix_len`` tokens owned by the radix tree (locked through ``node``) and
+    ``kv_len - prefix_len`` private slots."""
+
+    prefix_len: int
+    node: Node
+    kv_len: int
+
+
+class SglangScheduler(SchedulerBase):
+    family = "sglang"
+
+    def __init__(self, cfg: SglangConfig):
+        super().__init__()
+        assert cfg.max_total_tokens and cfg.max_running_requests and cfg.context_length
+        self.cfg = cfg
+        self.total = cfg.max_total_tokens
+        self.tree = RadixCache()
+        self.available = self.total
+        self.private = 0
+        self.being_chunked: Request | None = None
+        self.batch_is_full = False
+        self.init_ratio = min(0.7 * cfg.schedule_conservativeness, 1.0)
+        self.min_ratio = min(self.init_ratio * cfg.new_token_ratio_min_factor, 1.0)
+        self.decay = (self.init_ratio - self.min_ratio) / cfg.new_token_ratio_decay_steps
+        self.ratio = self.init_ratio
+        self.overlap = not cfg.disable_overlap_schedule
+        self.lame_ducks: list[Request] = []     # finished last step, released after this one
+        chunk = cfg.chunked_prefill_size
+        self.chunk = None if chunk is None or chunk <= 0 else chunk
+        self.order = get_ordering(cfg.schedule_policy)
+        self.max_req_len = min(cfg.context_length - 1, self.total - 1)
+
+    # --- memory ----------------------------------------------------------------------------------
+    def kv_usage(self) -> float:
+        """token_usage as SGLang reports it: evictable cached tokens count as free."""
+        return (self.total - self.available - self.tree.evictable_size) / self.total
+
+    def _alloc(self, n: int) -> bool:
+        if self.available < n:
+            self.available += self.tree.evict(n - self.available)
+        if self.available < n:
+            return False
+        self.available -= n
+        self.private += n
+        return True
+
+    def _match(self, r: Request, now: float) -> tuple[int, Node]:
+        if self.cfg.disable_radix_cache:
+            return 0, self.tree.root
+        return self.tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1)
+
+    def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
+        """``cache_unfinished_req`` / ``cache_finished_req``: insert the first n_tokens, free duplicate
+        slots, move the lock to the new node (or drop it when finished)."""
+        st: SgState = r.engine
+        if self.cfg.disable_radix_cache:
+            if finished:
+                self.available += st.kv_len
+                self.private -= st.kv_len
+                r.engine = None
+            return
+        key = r.tokens(n_tokens)
+        existing = self.tree.insert(key, now)
+        dup = max(existing - st.prefix_len, 0)
+        new_owned = n_tokens - max(existing, st.prefix_len)
+        extra = st.kv_len - n_tokens            # slots beyond the inserted key (the last token)
+        self.private -= dup + new_owned + extra
+        self.available += dup + extra
+        self.tree.dec_lock_ref(st.node)
+        if finished:
+            r.engine = None
+            return
+        node = self.tree.node_for(key, now)
+        self.tree.inc_lock_ref(node)
+        st.node, st.prefix_len, st.kv_len = node, n_tokens, n_tokens
+
+    def _release(self, r: Request, now: float) -> None:
+        st: SgState | None = r.engine
+        if st is None:
+            return
+        self._cache_req(r, st.kv_len, now, finished=True)
+
+    # --- ordering --------------------------------------------------------------------------------
+    def _ordered(self, now: float) -> list[Request]:
+        waiting = list(self.waiting)
+        policy = self.cfg.schedule_policy
+        if policy == "lpm" and len(waiting) > self.cfg.lpm_fallback_threshold:
+            policy = "fcfs"
+        if policy not in ("lpm", "dfs-weight") or self.cfg.disable_radix_cache:
+            return get_ordering(policy if policy != "lpm" else "fcfs")(waiting, lambda r: 0)
+        matched = {id(r): self._match(r, now)[0] for r in waiting}
+        deprio = self._in_batch_dedup(waiting, matched, now) if policy == "lpm" else set()
+        ordered = self.order(waiting, lambda r: -1 if id(r) in deprio else matched[id(r)])
+        self.waiting.clear()
+        self.waiting.extend(ordered)          # the sort is in place: the queue stays permuted
+        return ordered
+
+    def _in_batch_dedup(self, waiting: list[Request], matched: dict[int, int], now: float) -> set[int]:
+        scratch = RadixCache()
+        th = self.cfg.in_batch_prefix_threshold
+        out: set[int] = set()
+        for r in waiting:
+            if matched[id(r)] <= th:
+                key = r.tokens(r.fill_len)
+                m, _ = scratch.match_prefix(key, now)
+                if m >= th:
+                    out.add(id(r))
+                else:
+                    scratch.insert(key, now)
+        return out
+
+    # --- prefill batch ---------------------------------------------------------------------------
+    def _reserved_for_running(self) -> float:
+        clip = self.cfg.clip_max_new_tokens
+        return sum(min(r.max_tokens - r.output_len, clip) for r in self.running) * self.ratio
+
+    def _new_prefill(self, now: float, shape: BatchShape) -> list[tuple[Request, int]]:
+        if (self.batch_is_full or not self.waiting) and self.being_chunked is None:
+            return []
+        if len(self.running) >= (self.cfg.max_running_requests or 0):
+            self.batch_is_full = True
+            return []
+        rem_total = self.available + self.tree.evictable_size - self._reserved_for_running()
+        cur_rem = self.available + self.tree.evictable_size
+        rem_input = self.cfg.max_prefill_tokens
+        rem_chunk = self.chunk if self.chunk is not None else 1 << 62
+        items: list[tuple[Request, int]] = []
+        clip = self.cfg.clip_max_new_tokens
+        if self.being_chunked is not None:
+            r = self.being_chunked
+            n = min(r.remaining_prefill, rem_chunk)
+            last = n == r.remaining_prefill
+            items.append((r, n))
+            reserve = min(r.max_tokens - r.output_len, clip) if last else 0
+            rem_total -= n + reserve
+            cur_rem -= n
+            rem_input -= n
+            rem_chunk -= n
+            self.being_chunked = None if last else r
+        for r in (self._ordered(now) if rem_chunk > 0 else []):
+            if len(self.running) + len(items) >= (self.cfg.max_running_requests or 0):
+                self.batch_is_full = True
+                break
+            if r.fill_len > self.max_req_len:
+                self.waiting.remove(r)
+                self.reject(r, f"prompt of {r.fill_len} tokens exceeds max_req_len {self.max_req_len}")
+                continue
+            prefix, node = self._match(r, now)
+            extend = r.fill_len - prefix
+            total = extend + min(r.max_tokens - r.output_len, clip)
+            if total >= rem_total:
+                self.batch_is_full = True
+                break
+            if extend > rem_input and items:
+                break
+            locked = self.tree.inc_lock_ref(node)
+            rem_total -= locked
+            if total > rem_total:
+                self.tree.dec_lock_ref(node)
+                self.batch_is_full = True
+                break
+            r.engine = SgState(prefix, node, prefix)
+            r.num_computed = prefix
+            if r.cached_tokens < 0:
+                r.cached_tokens = prefix
+            self.counters.prefix_hit_tokens += prefix
+            self.counters.prefix_query_tokens += r.fill_len
+            self.waiting.remove(r)
+            if extend <= rem_chunk:
+                items.append((r, extend))
+                rem_total -= total
+                cur_rem -= extend
+                rem_input -= extend
+                rem_chunk -= extend
+            else:
+                items.append((r, rem_chunk))
+                self.being_chunked = r
+                rem_chunk = 0
+            if rem_total <= 0 or cur_rem <= 0 or rem_input <= 0 or rem_chunk <= 0:
+                break
+        for r, n in items:
+            if not self._alloc(n):
+                raise RuntimeError("SGLang: Prefill out of memory (admission budget violated)")
+            r.engine.kv_len += n
+            shape.add_prefill(n, r.num_computed, r.num_computed + n >= r.fill_len)
+        return items
+
+    # --- decode batch ----------------------------------------------------------------------------
+    def _retract(self, now: float) -> None:
+        order = sorted(self.running, key=lambda r: (r.output_len, -r.prompt_len), reverse=True)
+        retracted: list[Request] = []
+        steps = self.cfg.retract_decode_steps
+        while len(order) > 1 and (not retracted or self.available < len(order) * steps):
+            victim = order.pop()
+            st: SgState = victim.engine
+            self.private -= st.kv_len - st.prefix_len
+            self.available += st.kv_len - st.prefix_len
+            self.tree.dec_lock_ref(st.node)
+            victim.reset_for_recompute()
+            self.counters.preemptions += 1
+            retracted.append(victim)
+            if self.available < len(order) * steps:
+                self.available += self.tree.evict(len(order) * steps - self.available)
+        self.running = [r for r in self.running if r in order]
+        self.waiting.extend(retracted)
+        decoded = sum(r.output_len for r in self.running)
+        max_new = sum(r.max_tokens for r in self.running)
+        self.ratio = min(1.0, (decoded + steps * len(self.running)) / max(max_new, 1))
+        self.batch_is_full = False
+
+    def _decode(self, now: float, shape: BatchShape) -> list[tuple[Request, int]]:
+        bs = len(self.running)
+        if self.available < bs:
+            self.available += self.tree.evict(bs - self.available)
+        if self.available < bs:
+            self._retract(now)
+        else:
+            self.ratio = max(self.ratio - self.decay, self.min_ratio)
+        items = []
+        for r in self.running:
+            self._alloc(1)
+            r.engine.kv_len += 1
+            shape.add_decode(r.context_len)
+            items.append((r, 1))
+        return items
+
+    # --- the iteration ---------------------------------------------------------------------------
+    def schedule(self, now: float, step_id: int) -> Step | None:
+        shape = BatchShape()
+        if not self.running and self.being_chunked is None:
+            self.batch_is_full = False
+        items = self._new_prefill(now, shape)
+        if items:
+            return Step("prefill", items, shape)
+        if not self.running:
+            self.ratio = self.init_ratio
+            for r in self.lame_ducks:
+                self._release(r, now)
+            self.lame_ducks = []
+            return None
+        items = self._decode(now, shape)
+        for r in self.lame_ducks:           # overlap: finished requests ride one more decode
+            shape.add_decode(r.context_len)
+        return Step("decode", items, shape)
+
+    def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
+        for r in self.lame_ducks:
+            self._release(r, now)
+        self.lame_ducks = []
+        done = self.advance(step, now)
+        if step.kind == "prefill":
+            for r, _ in step.items:
+                st: SgState = r.engine
+                if r is self.being_chunked:
+                    self._cache_req(r, st.kv_len, now, finished=False)
+                elif not r.is_finished:
+                    self._cache_req(r, st.kv_len, now, finished=False)
+                    self.running.append(r)
+            self.batch_is_full = False
+        if done:
+            fin = {id(r) for r in done}
+            self.running = [r for r in self.running if id(r) not in fin]
+            self.batch_is_full = False
+            if self.overlap:
+                self.lame_ducks = done
+            else:
+                for r in done:
+                    self._release(r, now)
+        return done
+
+    def abort(self, r: Request, now: float) -> None:
+        """The client gave up (request timeout): drop r and free its private slots (its cached prefix
+        stays in the tree, unlocked)."""
+        if r in self.waiting:
+            self.waiting.remove(r)
+            return
+        if self.being_chunked is r:
+            self.being_chunked = None
+        elif not any(x is r for x in self.running):
+            return
+        self.running = [x for x in self.running if x is not r]
+        st: SgState | None = r.engine
+        if st is not None:
+            self.private -= st.kv_len - st.prefix_len
+            self.available += st.kv_len - st.prefix_len
+            self.tree.dec_lock_ref(st.node)
+            r.engine = None
+        self.batch_is_full = False
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.being_chunked or self.lame_ducks)
+
+    def check_integrity(self) -> None:
+        self.tree.check_integrity()
+        assert self.available >= 0 and self.private >= 0, "negative slot counts"
+        assert self.available + self.private + self.tree.total_size == self.total, (
+            f"available {self.available} + private {self.private} + tree {self.tree.total_size} != {self.total}")
+        live = self.running + self.lame_ducks + ([self.being_chunked] if self.being_chunked else [])
+        priv = sum(r.engine.kv_len - r.engine.prefix_len for r in live if r.engine is not None)
+        assert priv == self.private, f"private slots {priv} != counter {self.private}"
+        assert len(self.running) <= (self.cfg.max_running_requests or 0), "max_running_requests exceeded"

@@ -1,0 +1,204 @@
+"""vLLM 0.6.3 (V0) scheduler over the block manager V2 with prefix caching.
+
+Unchunked (``_schedule_default``): admit waiting requests FCFS with head-of-line blocking, each costing
+its whole prompt (+ generated tokens after a preemption) against the token budget and all its blocks
+against the watermark; if any prefill was admitted the step is prefill-only, otherwise every running
+request decodes. Chunked (``_schedule_chunked_prefill``): running requests first (decodes cost 1,
+partial prefills take what budget is left), then new requests, the last one possibly cut into a chunk
+(rounded down to whole blocks with prefix caching); blocks for the whole prompt are reserved at
+admission. Decode growth preempts ``running[-1]`` by recompute when no block is free; victims go to the
+front of ``waiting``. Cache hits skip compute, never budget (see BlockCache.computed_prefix_tokens).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from simulator.block_cache import AllocStatus, BlockCache
+from simulator.config import VllmV0Config
+from simulator.cost_model import BatchShape
+from simulator.request import Request
+from simulator.schedulers.base import SchedulerBase, Step
+from simulator.schedulers.policies import get_ordering
+
+
+class VllmV0Scheduler(SchedulerBase):
+    family = "vllm-v0"
+
+    def __init__(self, cfg: VllmV0Config):
+        super().__init__()
+        assert cfg.num_gpu_blocks and cfg.max_num_batched_tokens and cfg.max_model_len
+        self.cfg = cfg
+        self.cache = BlockCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching, "v0")
+        self.budget = cfg.max_num_batched_tokens
+        self.chunked = bool(cfg.enable_chunked_prefill)
+        self.watermark_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
+        self.prompt_limit = cfg.max_model_len if self.chunked else min(cfg.max_model_len, self.budget)
+        self.order = get_ordering(cfg.scheduling_policy)
+
+    # --- shared pieces ---------------------------------------------------------------------------
+    def kv_usage(self) -> float:
+        return self.cache.usage()
+
+    def _ordered_waiting(self) -> None:
+        if self.cfg.scheduling_policy != "fcfs" and len(self.waiting) > 1:
+            bs = self.cache.block_size
+            match = (lambda r: self.cache.lookup_hit_blocks(r, r.fill_len) * bs)
+            self.waiting = type(self.waiting)(self.order(list(self.waiting), match))
+
+    def _prefill_item(self, r: Request, n: int, step_id: int, shape: BatchShape) -> tuple[Request, int]:
+        """Compute actually done for a chunk of n tokens starting at r.num_computed (hits skipped)."""
+        start = r.num_computed
+        hit = self.cache.computed_prefix_tokens(r, step_id, r.fill_len) if self.cache.prefix_caching else 0
+        if start == 0 and r.cached_tokens < 0:
+            r.cached_tokens = hit
+        if start == 0:
+            self.counters.prefix_query_tokens += r.fill_len
+            self.counters.prefix_hit_tokens += hit
+        q = max(start + n - max(start, hit), 1)
+        samples = start + n >= r.fill_len
+        shape.add_prefill(q, start + n - q, samples)
+        return (r, n)
+
+    def _admit(self, r: Request, step_id: int, now: float) -> None:
+        self.cache.allocate(r, r.fill_len, step_id, now)
+
+    def _preempt(self, victim: Request, now: float) -> None:
+        self.cache.free(victim, now)
+        victim.reset_for_recompute()
+        self.counters.preemptions += 1
+
+    def _grow_or_preempt(self, r: Request, queue: deque[Request], preempted: list[Request],
+                         step_id: int, now: float) -> bool:
+        """``can_append_slots`` loop: needs one free block (worst case); preempt queue[-1] until it fits.
+        Returns False when r itself was preempted."""
+        while self.cache.num_free < 1:
+            victim = queue.pop() if queue else r
+            self._preempt(victim, now)
+            preempted.append(victim)
+            if victim is r:
+                return False
+        self.cache.append_slot(r, r.fill_len, step_id, now)
+        return True
+
+    def _requeue(self, preempted: list[Request]) -> None:
+        for v in preempted:           # waiting.extendleft(preempted): victims back to the front
+            self.waiting.appendleft(v)
+
+    # --- admission -------------------------------------------------------------------------------
+    def _schedule_prefills(self, budget_left: int, seqs: int, step_id: int, now: float,
+                           shape: BatchShape) -> tuple[list[tuple[Request, int]], int]:
+        items: list[tuple[Request, int]] = []
+        self._ordered_waiting()
+        while self.waiting:
+            r = self.waiting[0]
+            n = r.fill_len
+            if n > self.prompt_limit:
+                self.waiting.popleft()
+                self.reject(r, f"prompt of {n} tokens exceeds the limit of {self.prompt_limit}")
+                continue
+            status = self.cache.can_allocate(n, self.watermark_blocks)
+            if status is AllocStatus.LATER:
+                break
+            if status is AllocStatus.NEVER:
+                self.waiting.popleft()
+                self.reject(r, f"prompt of {n} tokens can never fit in {self.cache.num_blocks} blocks")
+                continue
+            if self.chunked:
+                n = min(n, budget_left)
+                if n < r.fill_len and self.cache.prefix_caching:
+                    n = n // self.cache.block_size * self.cache.block_size
+            if n == 0 or n > budget_left or seqs + 1 > self.cfg.max_num_seqs:
+                break
+            self.waiting.popleft()
+            self._admit(r, step_id, now)
+            items.append(self._prefill_item(r, n, step_id, shape))
+            budget_left -= n
+            seqs += 1
+        return items, budget_left
+
+    # --- the two modes ---------------------------------------------------------------------------
+    def schedule(self, now: float, step_id: int) -> Step | None:
+        step = self._schedule_chunked(now, step_id) if self.chunked else self._schedule_default(now, step_id)
+        for r, _ in step.items:
+            self.cache.touch(r, now)
+        return step if step.items else None
+
+    def _schedule_default(self, now: float, step_id: int) -> Step:
+        shape = BatchShape()
+        items, _ = self._schedule_prefills(self.budget, len(self.running), step_id, now, shape)
+        if items:
+            self.running.extend(r for r, _ in items)
+            return Step("prefill", items, shape)
+        queue = deque(self.running)   # popleft() walks running; pop() takes running[-1] as victim
+        kept: list[Request] = []
+        preempted: list[Request] = []
+        while queue:
+            r = queue.popleft()
+            if self._grow_or_preempt(r, queue, preempted, step_id, now):
+                kept.append(r)
+                shape.add_decode(r.context_len)
+        self.running = kept
+        self._requeue(preempted)
+        return Step("decode", [(r, 1) for r in kept], shape)
+
+    def _schedule_chunked(self, now: float, step_id: int) -> Step:
+        shape = BatchShape()
+        budget_left = self.budget
+        seqs = 0
+        queue = deque(self.running)
+        decodes: list[tuple[Request, int]] = []
+        partial: list[tuple[Request, int]] = []
+        preempted: list[Request] = []
+        while queue:
+            r = queue[0]
+            n = 1 if not r.in_prefill else min(r.remaining_prefill, budget_left)
+            if r.in_prefill and n < r.remaining_prefill and self.cache.prefix_caching:
+                n = n // self.cache.block_size * self.cache.block_size
+            if n == 0 or n > budget_left or seqs + 1 > self.cfg.max_num_seqs:
+                break
+            queue.popleft()
+            if not r.in_prefill:
+                if not self._grow_or_preempt(r, queue, preempted, step_id, now):
+                    continue
+                decodes.append((r, 1))
+                shape.add_decode(r.context_len)
+            else:
+                partial.append(self._prefill_item(r, n, step_id, shape))
+            budget_left -= n
+            seqs += 1
+        # vLLM 0.6.3 schedules new prefills even in a step that preempted (victims rejoin waiting after)
+        new, budget_left = self._schedule_prefills(budget_left, seqs, step_id, now, shape)
+        self.running = list(queue) + [r for r, _ in decodes] + [r for r, _ in partial] + [r for r, _ in new]
+        self._requeue(preempted)
+        items = decodes + partial + new
+        kind = "decode" if not partial and not new else ("prefill" if not decodes else "mixed")
+        return Step(kind, items, shape)
+
+    # --- completion ------------------------------------------------------------------------------
+    def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
+        done = self.advance(step, now)
+        for r, _ in step.items:
+            if r.engine is not None:
+                self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
+        for r in done:
+            self.cache.free(r, now)
+        if done:
+            fin = {id(r) for r in done}
+            self.running = [r for r in self.running if id(r) not in fin]
+        return done
+
+    def abort(self, r: Request, now: float) -> None:
+        """The client gave up (request timeout): drop r wherever it is and free its blocks."""
+        if r in self.waiting:
+            self.waiting.remove(r)
+        elif any(x is r for x in self.running):
+            self.cache.free(r, now)
+            self.running = [x for x in self.running if x is not r]
+
+    def check_integrity(self) -> None:
+        live = self.running
+        self.cache.check_integrity(live)
+        assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"
+        assert all(r.engine is None for r in self.waiting), "a waiting request holds blocks"
+

@@ -1,0 +1,158 @@
+"""vLLM V1 scheduler (0.33.0): one token budget shared by decodes and prefill chunks.
+
+RUNNING requests first, in list order, each taking min(remaining, budget, long-prefill threshold);
+if its blocks cannot be allocated, ``running[-1]`` is preempted by recompute (prepended to ``waiting``)
+until it fits or it is itself the victim. WAITING requests are admitted only when nobody was preempted
+this step, while budget and ``max_num_seqs`` allow: the prefix-cache hit (whole blocks, capped at
+prompt length − 1) counts as computed and uses no budget; the whole prompt must fit
+(``scheduler_reserve_full_isl``); the first request that does not fit stops admission.
+Blocks are cached as soon as they are scheduled (a later request in the same step can hit them).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from simulator.block_cache import BlockCache, evictable_among, share_hits
+from simulator.config import VllmV1Config
+from simulator.cost_model import BatchShape
+from simulator.request import Request
+from simulator.schedulers.base import SchedulerBase, Step
+from simulator.schedulers.policies import get_ordering
+
+
+class VllmV1Scheduler(SchedulerBase):
+    family = "vllm-v1"
+
+    def __init__(self, cfg: VllmV1Config):
+        super().__init__()
+        assert cfg.num_gpu_blocks and cfg.max_num_batched_tokens and cfg.max_num_seqs and cfg.max_model_len
+        self.cfg = cfg
+        self.cache = BlockCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching, "v1")
+        self.watermark_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
+        self.order = get_ordering(cfg.scheduling_policy)
+
+    def kv_usage(self) -> float:
+        return self.cache.usage()
+
+    def _hit_blocks(self, r: Request) -> int:
+        if not self.cache.prefix_caching:
+            return 0
+        cap = (r.fill_len - 1) // self.cache.block_size
+        return min(self.cache.lookup_hit_blocks(r, r.fill_len), cap)
+
+    def _grow(self, r: Request, n_new: int, now: float) -> None:
+        self.cache.append_slot(r, r.num_computed + n_new, 0, now)
+        self.cache.promote_full_blocks(r, r.num_computed + n_new, 0, now)
+
+    def _can_grow(self, r: Request, n_new: int) -> bool:
+        need = self.cache.blocks_for(r.num_computed + n_new) - r.engine.num_blocks
+        return need <= self.cache.num_free
+
+    def _preempt(self, victim: Request, now: float) -> None:
+        self.cache.free(victim, now)
+        victim.reset_for_recompute()
+        self.counters.preemptions += 1
+
+    def _schedule_running(self, budget: int, now: float, shape: BatchShape,
+                          items: list[tuple[Request, int]]) -> tuple[int, list[Request]]:
+        preempted: list[Request] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            r = self.running[i]
+            n = min(r.remaining_prefill, budget)
+            if self.cfg.long_prefill_token_threshold:
+                n = min(n, self.cfg.long_prefill_token_threshold)
+            if n <= 0:
+                i += 1
+                continue
+            scheduled = True
+            while not self._can_grow(r, n):
+                victim = self.running.pop()
+                self._preempt(victim, now)
+                preempted.append(victim)
+                if victim is r:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            self._grow(r, n, now)
+            self._add_item(r, n, shape, items)
+            budget -= n
+            i += 1
+        return budget, preempted
+
+    def _add_item(self, r: Request, n: int, shape: BatchShape, items: list[tuple[Request, int]]) -> None:
+        if r.in_prefill:
+            shape.add_prefill(n, r.num_computed, r.num_computed + n >= r.fill_len)
+        else:
+            shape.add_decode(r.context_len)
+        items.append((r, n))
+
+    def _schedule_waiting(self, budget: int, now: float, shape: BatchShape,
+                          items: list[tuple[Request, int]]) -> None:
+        if self.cfg.scheduling_policy != "fcfs" and len(self.waiting) > 1:
+            bs = self.cache.block_size
+            self.waiting = deque(self.order(list(self.waiting), lambda r: self._hit_blocks(r) * bs))
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            if r.fill_len > self.cfg.max_model_len:
+                self.waiting.popleft()
+                self.reject(r, f"prompt of {r.fill_len} tokens exceeds max_model_len {self.cfg.max_model_len}")
+                continue
+            hit = self._hit_blocks(r)
+            hit_tokens = hit * self.cache.block_size
+            n = min(r.fill_len - hit_tokens, budget)
+            reserve = r.fill_len if self.cfg.scheduler_reserve_full_isl else hit_tokens + n
+            need = self.cache.blocks_for(reserve) - hit + evictable_among(self.cache, r, hit)
+            if need > self.cache.num_free - self.watermark_blocks:
+                break
+            self.waiting.popleft()
+            share_hits(self.cache, r, hit, now)
+            if r.cached_tokens < 0:
+                r.cached_tokens = hit_tokens
+            self.counters.prefix_hit_tokens += hit_tokens
+            self.counters.prefix_query_tokens += r.fill_len
+            r.num_computed = hit_tokens
+            self._grow(r, n, now)
+            self.running.append(r)
+            self._add_item(r, n, shape, items)
+            budget -= n
+
+    def schedule(self, now: float, step_id: int) -> Step | None:
+        shape = BatchShape()
+        items: list[tuple[Request, int]] = []
+        budget, preempted = self._schedule_running(self.cfg.max_num_batched_tokens or 0, now, shape, items)
+        for v in preempted:            # each victim is prepended as it is preempted
+            self.waiting.appendleft(v)
+        if not preempted:
+            self._schedule_waiting(budget, now, shape, items)
+        if not items:
+            return None
+        kind = "decode" if shape.is_pure_decode else ("prefill" if shape.decodes == 0 else "mixed")
+        return Step(kind, items, shape)
+
+    def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
+        done = self.advance(step, now)
+        for r, _ in step.items:
+            if r.engine is not None:
+                self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
+        for r in done:
+            self.cache.free(r, now)
+        if done:
+            fin = {id(r) for r in done}
+            self.running = [r for r in self.running if id(r) not in fin]
+        return done
+
+    def abort(self, r: Request, now: float) -> None:
+        """The client gave up (request timeout): drop r wherever it is and free its blocks."""
+        if r in self.waiting:
+            self.waiting.remove(r)
+        elif any(x is r for x in self.running):
+            self.cache.free(r, now)
+            self.running = [x for x in self.running if x is not r]
+
+    def check_integrity(self) -> None:
+        self.cache.check_integrity(self.running)
+        assert len(self.running) <= (self.cfg.max_num_seqs or 0), "max_num_seqs exceeded"
+        assert all(r.engine is None for r in self.waiting), "a waiting request holds blocks"

@@ -1,0 +1,110 @@
+"""``simulate(trace, engine, hardware, model, overrides)`` → RunRecord."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from analysis.records import RunRecord, default_exclusion
+from scenarios.trace import Trace
+from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
+from simulator.cost_model import CostModel
+from simulator.engine import Replica
+from simulator.presets import resolve
+from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
+from simulator.request import Request
+from simulator.schedulers.sglang import SglangScheduler
+from simulator.schedulers.vllm_v0 import VllmV0Scheduler
+from simulator.schedulers.vllm_v1 import VllmV1Scheduler
+from simulator.telemetry import Telemetry
+from simulator.workload import DagDriver
+
+
+def make_scheduler(cfg: EngineConfig) -> Any:
+    if isinstance(cfg, VllmV0Config):
+        return VllmV0Scheduler(cfg)
+    if isinstance(cfg, VllmV1Config):
+        return VllmV1Scheduler(cfg)
+    return SglangScheduler(cfg)
+
+
+def graph_limit(cfg: EngineConfig) -> int:
+    return int(cfg.cuda_graph_max_bs or 0)
+
+
+def _requests_frame(reqs: list[Request | None], trace: Trace, planned: np.ndarray) -> pd.DataFrame:
+    a = trace.arrays
+    rows = []
+    lens = trace.prompt_lengths()
+    for i, r in enumerate(reqs):
+        if r is None:
+            rows.append((i, int(a["dag"][i]), trace.role_name(i), np.nan, np.nan, np.nan, np.nan, 0,
+                         int(lens[i]), np.nan, False, "not issued"))
+            continue
+        ok = r.is_finished and not r.error
+        rows.append((i, r.dag, r.role, r.planned_s, r.send_s, r.first_token_s, r.last_token_s, r.output_len,
+                     r.prompt_len, float(r.cached_tokens) if r.cached_tokens >= 0 else np.nan, ok,
+                     r.error if not ok else ""))
+    cols = ["request_id", "dag_id", "role", "planned_s", "send_s", "first_token_s", "last_token_s",
+            "output_tokens", "prompt_tokens", "cached_tokens", "ok", "error"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _chunks_frame(reqs: list[Request | None]) -> pd.DataFrame:
+    ids, ts = [], []
+    for r in reqs:
+        if r is not None and r.token_times:
+            ids.extend([r.idx] * len(r.token_times))
+            ts.extend(r.token_times)
+    return pd.DataFrame({"request_id": np.asarray(ids, np.int64), "t_s": np.asarray(ts, np.float64),
+                         "tokens": np.ones(len(ids), np.int64)})
+
+
+def run_id_for(trace: Trace, preset: str, cfg: EngineConfig, hw: str, model: str) -> str:
+    blob = json.dumps([trace.digest, preset, cfg.model_dump(mode="json"), hw, model], sort_keys=True)
+    return f"sim-{preset}-s{trace.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+
+
+def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
+             model: str | ModelProfile = "llama-3.1-8b", overrides: dict[str, Any] | None = None,
+             context: int | None = 16384, timeout_s: float = 300.0, record_tokens: bool = False,
+             check_every: int = 0, telemetry_interval_s: float = 1.0) -> RunRecord:
+    """Simulate one engine replica serving ``trace``; returns a RunRecord (times from the run's start)."""
+    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    mp = load_model(model) if isinstance(model, str) else model
+    cfg = resolve(engine, hw, mp, context, overrides)
+    sched = make_scheduler(cfg)
+    cost = CostModel(hw, mp, sched.family, cfg.tensor_parallel_size, graph_limit(cfg))
+    env = simpy.Environment()
+    tel = Telemetry(telemetry_interval_s)
+    driver: DagDriver
+    replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every)
+    driver = DagDriver(env, trace, replica.submit, replica.abort, timeout_s, record_tokens)
+    env.run()
+    reqs = _requests_frame(driver.requests, trace, driver.planned)
+    c = sched.counters
+    meta = {
+        "run_id": run_id_for(trace, engine, cfg, hw.name, mp.name), "source": "sim",
+        "trace_digest": trace.digest, "scenario": trace.scenario, "seed": trace.seed, "engine": engine,
+        "engine_config": cfg.model_dump(mode="json"), "hardware": hw.name, "model": mp.name,
+        "offered_load_rps": float(trace.manifest["offered_load_rps"]),
+        "run_window": {"start_s": 0.0, "duration_s": float(trace.scenario["duration_s"]),
+                       "end_s": float(env.now)},
+        "exclusion": default_exclusion(), "request_timeout_s": timeout_s,
+        "telemetry_summary": tel.summary(c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens),
+        "versions": _versions(), "busy_s": replica.busy_s,
+    }
+    chunks = _chunks_frame(driver.requests) if record_tokens else None
+    return RunRecord(meta=meta, requests=reqs, telemetry=tel.frame(), chunks=chunks)
+
+
+def _versions() -> dict[str, str]:
+    import simpy as _s
+
+    from servetwin import __version__
+    return {"servetwin": __version__, "simpy": _s.__version__, "numpy": np.__version__}

@@ -1,0 +1,47 @@
+"""Telemetry as the engine reports it, sampled at step boundaries.
+
+Peaks and time-weighted means are exact (every step counts); the stored series is thinned to one
+sample per ``interval_s`` of simulated time, like a Prometheus scrape.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.records import TELEMETRY_COLUMNS
+
+
+class Telemetry:
+    def __init__(self, interval_s: float = 1.0):
+        self.interval_s = interval_s
+        self.rows: list[tuple[float, float, int, int, int, int, int]] = []
+        self._next = 0.0
+        self.peak_kv = 0.0
+        self._area = 0.0
+        self._last_t = 0.0
+        self._last_kv = 0.0
+        self.peak_waiting = 0
+        self.peak_running = 0
+        self.steps = 0
+
+    def sample(self, t: float, kv: float, waiting: int, running: int, preemptions: int,
+               hits: int, queries: int) -> None:
+        self.steps += 1
+        self._area += self._last_kv * (t - self._last_t)
+        self._last_t, self._last_kv = t, kv
+        self.peak_kv = max(self.peak_kv, kv)
+        self.peak_waiting = max(self.peak_waiting, waiting)
+        self.peak_running = max(self.peak_running, running)
+        if t >= self._next:
+            self.rows.append((t, kv, waiting, running, preemptions, hits, queries))
+            self._next = t + self.interval_s
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=list(TELEMETRY_COLUMNS))
+
+    def summary(self, preemptions: int, hits: int, queries: int) -> dict[str, float]:
+        return {"kv_usage_peak": self.peak_kv,
+                "kv_usage_mean": self._area / self._last_t if self._last_t > 0 else 0.0,
+                "waiting_peak": self.peak_waiting, "running_peak": self.peak_running,
+                "preemptions": preemptions, "prefix_hit_tokens": hits, "prefix_query_tokens": queries,
+                "prefix_hit_fraction": hits / queries if queries else 0.0, "steps": self.steps}

@@ -1,0 +1,64 @@
+"""Drives a Trace into replicas: DAG roots at their arrival time, dependants when every predecessor has
+completed plus the tool delay (the closed-loop behaviour of agent graphs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from scenarios.trace import Trace
+from simulator.request import Request
+
+
+class DagDriver:
+    def __init__(self, env: simpy.Environment, trace: Trace, submit: Callable[[Request], None],
+                 abort: Callable[[Request], None], timeout_s: float, record_tokens: bool = False):
+        self.env, self.trace, self.submit, self.abort = env, trace, submit, abort
+        self.timeout_s = timeout_s
+        self.record_tokens = record_tokens
+        a = trace.arrays
+        self.pending = np.diff(a["pred_offsets"]).astype(np.int64)
+        self.succ = trace.successors()
+        self.requests: list[Request | None] = [None] * trace.n_requests
+        self.planned = np.full(trace.n_requests, np.nan)
+        self.completed = 0
+        self._seq = 0
+        env.process(self._arrivals())
+
+    def _arrivals(self):  # type: ignore[no-untyped-def]
+        a = self.trace.arrays
+        roots = self.trace.roots()
+        times = a["arrival_s"][roots] + a["delay_s"][roots]
+        order = np.argsort(times, kind="stable")
+        for i in roots[order].tolist():
+            t = float(a["arrival_s"][i] + a["delay_s"][i])
+            if t > self.env.now:
+                yield self.env.timeout(t - self.env.now)
+            self._issue(i)
+
+    def _issue(self, i: int) -> None:
+        a = self.trace.arrays
+        now = self.env.now
+        self.planned[i] = now
+        r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt(i),
+                    int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens)
+        self._seq += 1
+        self.requests[i] = r
+        self.submit(r)
+        if self.timeout_s > 0:
+            self.env.timeout(self.timeout_s).callbacks.append(lambda _e, r=r: self.abort(r))
+
+    def finished(self, r: Request) -> None:
+        """A request completed (or failed): release successors whose predecessors are all done."""
+        self.completed += 1
+        a = self.trace.arrays
+        for s in self.succ[r.idx]:
+            self.pending[s] -= 1
+            if self.pending[s] == 0:
+                delay = float(a["delay_s"][s])
+                if delay > 0:
+                    self.env.timeout(delay).callbacks.append(lambda _e, s=s: self._issue(s))
+                else:
+                    self._issue(s)
