@@ -1,0 +1,31 @@
+# servetwin — two commands set up everything on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench install clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/servetwin paper --quick --out servetwin-out
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy scenarios simulator analysis paper_figures calibrate live servetwin
+
+bench: $(STAMP)
+	$(BIN)/python tests/perf/run_all.py
+
+clean:
+	rm -rf $(VENV) servetwin-out .pytest_cache .mypy_cache .ruff_cache

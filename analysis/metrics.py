@@ -1,0 +1,85 @@
+"""Metrics, defined once (over the RunRecord schema), for simulated and live runs alike.
+
+Request: TTFT = first chunk − send; TPOT = (last − first)/(n − 1) for n ≥ 2; E2E = last − send;
+ITL = gaps between successive chunks (from chunks.parquet when recorded).
+Run: p50/p95 TTFT, p50 TPOT and E2E over measured requests (first DAG excluded, as recorded in the
+run); achieved throughput X = requests completed within the run's duration T over T; offered load
+Λ = 6λ as the trace states it and the realised load (requests whose DAG arrived before T, over T);
+keeps pace when X ≥ 0.97 × realised load; KV-cache peak and mean; preemptions; prefix-hit fraction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from analysis.records import RunRecord
+
+KEEPS_PACE = 0.97
+
+
+def request_metrics(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    out["ttft_s"] = out["first_token_s"] - out["send_s"]
+    out["e2e_s"] = out["last_token_s"] - out["send_s"]
+    n = out["output_tokens"].astype(float)
+    out["tpot_s"] = np.where(n >= 2, (out["last_token_s"] - out["first_token_s"]) / (n - 1), np.nan)
+    out["dispatch_lag_s"] = out["send_s"] - out["planned_s"]
+    return out
+
+
+def measured(rec: RunRecord) -> pd.DataFrame:
+    """Requests that count: the run's exclusion rule applied (first DAG(s) dropped)."""
+    k = int(rec.meta.get("exclusion", {}).get("exclude_first_dags", 1))
+    df = rec.requests
+    return request_metrics(df[df["dag_id"] >= k])
+
+
+def itl(rec: RunRecord) -> pd.Series:
+    if rec.chunks is None or rec.chunks.empty:
+        return pd.Series(dtype=float)
+    c = rec.chunks.sort_values(["request_id", "t_s"])
+    return c.groupby("request_id")["t_s"].diff().dropna()
+
+
+def _q(s: pd.Series, q: float) -> float:
+    s = s.dropna()
+    return float(s.quantile(q)) if len(s) else float("nan")
+
+
+def _arrivals_within(rec: RunRecord, df: pd.DataFrame) -> int:
+    """Requests the trace offered within the run window (issuable before T)."""
+    T = float(rec.meta["run_window"]["duration_s"])
+    return int((df["planned_s"] < T).sum() + df["planned_s"].isna().sum() * 0)
+
+
+def run_metrics(rec: RunRecord) -> dict[str, Any]:
+    m = measured(rec)
+    ok = m[m["ok"]]
+    T = float(rec.meta["run_window"]["duration_s"])
+    done_in_T = int((ok["last_token_s"] <= T).sum())
+    offered = int((m["planned_s"] < T).sum())
+    x = done_in_T / T
+    realised = offered / T
+    ttft = ok["ttft_s"]
+    ln = np.log(ttft[ttft > 0])
+    tel = rec.meta.get("telemetry_summary", {})
+    out: dict[str, Any] = {
+        "run_id": rec.run_id, "engine": rec.meta["engine"], "seed": rec.meta["seed"],
+        "n": len(m), "n_ok": len(ok), "success": len(ok) / len(m) if len(m) else float("nan"),
+        "ttft_p50": _q(ttft, 0.5), "ttft_p95": _q(ttft, 0.95), "tpot_p50": _q(ok["tpot_s"], 0.5),
+        "e2e_p50": _q(ok["e2e_s"], 0.5), "throughput": x, "offered_load": float(rec.meta["offered_load_rps"]),
+        "realised_load": realised, "keeps_pace": bool(x >= KEEPS_PACE * realised),
+        "kv_peak": float(tel.get("kv_usage_peak", np.nan)), "kv_mean": float(tel.get("kv_usage_mean", np.nan)),
+        "preemptions": int(tel.get("preemptions", 0)),
+        "prefix_hit_fraction": float(tel.get("prefix_hit_fraction", np.nan)),
+        "tail_ratio": _q(ttft, 0.95) / _q(ttft, 0.5) if len(ttft) else float("nan"),
+        "ln_ttft_skew": float(sps.skew(ln)) if len(ln) > 2 else float("nan"),
+        "dispatch_lag_p50": _q(m["dispatch_lag_s"], 0.5), "duration_s": T,
+    }
+    for role, g in ok.groupby("role"):
+        out[f"ttft_p50_{role}"] = _q(g["ttft_s"], 0.5)
+    return out

@@ -1,0 +1,142 @@
+"""The study's tables from RunRecords: absolute metrics per condition and configuration (with
+keeps-pace), paired gaps with intervals and p-values, the decomposition (defaults vs matched, φ),
+and dispersion. Runs are grouped by their labels (condition, arm, configuration) — or, for runs
+without labels, by scenario name and engine — and a group must not mix configurations."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import run_metrics
+from analysis.records import RecordError, RunRecord
+from analysis.stats import geomean, paired_gap, removed_fraction, spread_of_medians
+
+LATENCY = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50")
+
+
+def _labels(rec: RunRecord) -> dict[str, Any]:
+    lab = rec.meta.get("labels")
+    if lab:
+        return lab
+    return {"condition": rec.meta["scenario"].get("name", "scenario"), "arm": "runs",
+            "config": rec.meta["engine"], "config_index": 0 if "vllm" in rec.meta["engine"] else 1}
+
+
+def _config_key(rec: RunRecord) -> str:
+    sc = {k: v for k, v in rec.meta["scenario"].items() if k != "seed"}
+    blob = json.dumps([rec.meta["engine_config"], rec.meta["hardware"], rec.meta["model"], sc], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def run_table(runs: list[RunRecord]) -> pd.DataFrame:
+    rows = []
+    seen: dict[tuple[str, str, str], str] = {}
+    for rec in runs:
+        lab = _labels(rec)
+        key = (lab["condition"], lab["arm"], lab["config"])
+        ck = _config_key(rec)
+        if seen.setdefault(key, ck) != ck:
+            raise RecordError(f"runs of {'/'.join(key)} differ in configuration or scenario; refusing to "
+                              "pool them (give them different labels)")
+        rows.append({**lab, "source": rec.meta.get("source", "sim"), **run_metrics(rec)})
+    return pd.DataFrame(rows)
+
+
+def absolute_table(rt: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    for (cond, arm, cfg), g in rt.groupby(["condition", "arm", "config"], sort=False):
+        row: dict[str, Any] = {"condition": cond, "arm": arm, "config": cfg, "engine": g["engine"].iloc[0],
+                               "seeds": len(g)}
+        for m in (*LATENCY, "throughput"):
+            row[m] = geomean(g[m]) if (g[m] > 0).all() else float("nan")
+        row["offered_load"] = float(g["offered_load"].mean())
+        row["keeps_pace"] = f"{int(g['keeps_pace'].sum())}/{len(g)}"
+        row["kv_peak"] = float(g["kv_peak"].mean())
+        row["preemptions"] = float(g["preemptions"].mean())
+        row["prefix_hit_fraction"] = float(g["prefix_hit_fraction"].mean())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _pairs(rt: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
+    res = []
+    for (cond, arm), g in rt.groupby(["condition", "arm"], sort=False):
+        idx = sorted(g["config_index"].unique())
+        if len(idx) < 2:
+            continue
+        a = g[g["config_index"] == idx[0]].set_index("seed")
+        b = g[g["config_index"] == idx[1]].set_index("seed")
+        common = sorted(set(a.index) & set(b.index))
+        if common:
+            res.append((cond, arm, a.loc[common], b.loc[common]))
+    return res
+
+
+def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
+    """R = first configuration / second (latencies; > 1: the second is faster); throughput inverted."""
+    rows = []
+    for cond, arm, a, b in _pairs(rt):
+        for m in (*LATENCY, "throughput"):
+            x, y = (a[m], b[m]) if m != "throughput" else (b[m], a[m])
+            if (x <= 0).any() or (y <= 0).any() or x.isna().any() or y.isna().any():
+                continue
+            gap = paired_gap(x.to_numpy(), y.to_numpy())
+            rows.append({"condition": cond, "arm": arm, "pair": f"{a['config'].iloc[0]}/{b['config'].iloc[0]}",
+                         "metric": m, "gap": gap.ratio, "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
+                         "significant": gap.significant, "n": gap.n})
+    return pd.DataFrame(rows)
+
+
+def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched: str = "matched") -> pd.DataFrame:
+    rows = []
+    if gaps.empty:
+        return pd.DataFrame(rows)
+    for (cond, metric), g in gaps.groupby(["condition", "metric"], sort=False):
+        d = g[g["arm"] == defaults]
+        m = g[g["arm"] == matched]
+        if d.empty or m.empty:
+            continue
+        r_def, r_mat = float(d["gap"].iloc[0]), float(m["gap"].iloc[0])
+        phi = removed_fraction(r_def, r_mat)
+        rows.append({"condition": cond, "metric": metric, "gap_defaults": r_def, "gap_matched": r_mat,
+                     "phi": phi if phi is not None else float("nan"),
+                     "phi_note": "" if phi is not None else "|ln R_def| ≤ ln 1.1: not computed"})
+    return pd.DataFrame(rows)
+
+
+def dispersion_table(rt: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (cond, arm, cfg), g in rt.groupby(["condition", "arm", "config"], sort=False):
+        rows.append({"condition": cond, "arm": arm, "config": cfg, "tail_ratio": float(np.mean(g["tail_ratio"])),
+                     "ln_ttft_skew": float(np.mean(g["ln_ttft_skew"])),
+                     "spread_ln_p50": spread_of_medians(g["ttft_p50"])})
+    return pd.DataFrame(rows)
+
+
+def all_tables(runs: list[RunRecord]) -> dict[str, pd.DataFrame]:
+    rt = run_table(runs)
+    gaps = gap_table(rt)
+    return {"runs": rt, "absolute": absolute_table(rt), "gaps": gaps, "decomposition": decomposition_table(gaps),
+            "dispersion": dispersion_table(rt)}
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
+    if df.empty:
+        return "(none)\n"
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            if isinstance(v, float | np.floating):
+                cells.append("—" if np.isnan(v) else format(float(v), floatfmt))
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

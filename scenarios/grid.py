@@ -1,0 +1,160 @@
+"""Grids: a cross product of conditions × arms × engine configurations × seeds, loaded from YAML.
+
+```yaml
+name: reference-rate
+seeds: [1, 2, 3]
+hardware: l4            # default for every configuration
+model: llama-3.1-8b
+context: 16384
+base: {…scenario…}      # the scenario every condition starts from
+conditions:             # explicit, each a set of dotted-path overrides …
+  - {name: rate-0.12, set: {arrivals.rate: 0.12, duration_s: 900}}
+sweep:                  # … and/or a cross product of dotted paths (names generated)
+  prompts.sharing: [0, 0.3]
+arms:                   # named arms; each maps configuration names to an engine preset + overrides
+  defaults:
+    vllm: {engine: vllm-0.6.3, set: {enable_prefix_caching: true}}
+    sglang: {engine: sglang-0.4.1}
+```
+Runs pair by seed within a (condition, arm); the gap is the arm's first configuration over its second.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from scenarios.errors import SpecError
+from scenarios.spec import Scenario, format_validation_error, load_yaml, scenario_from_dict
+
+
+class _F(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ConfigSpec(_F):
+    engine: str
+    set: dict[str, Any] = Field(default_factory=dict)
+    hardware: str | None = None
+    model: str | None = None
+    context: int | None = None
+
+
+class Condition(_F):
+    name: str
+    set: dict[str, Any] = Field(default_factory=dict)
+    arms: tuple[str, ...] | None = Field(None, description="run only these arms (default: all)")
+
+
+class GridSpec(_F):
+    name: str
+    seeds: tuple[int, ...] = (1, 2, 3)
+    hardware: str = "l4"
+    model: str = "llama-3.1-8b"
+    context: int = 16384
+    base: dict[str, Any] = Field(default_factory=dict)
+    conditions: tuple[Condition, ...] = ()
+    sweep: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    arms: dict[str, dict[str, ConfigSpec]] = Field(min_length=1)
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    grid: str
+    condition: str
+    arm: str
+    config: str
+    config_index: int
+    seed: int
+    scenario: dict[str, Any]
+    engine: str
+    overrides: dict[str, Any]
+    hardware: str
+    model: str
+    context: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.condition}/{self.arm}/{self.config}/seed-{self.seed}"
+
+    def scenario_model(self) -> Scenario:
+        return scenario_from_dict(self.scenario, f"grid {self.grid} condition {self.condition}")
+
+
+def set_path(d: dict[str, Any], path: str, value: Any) -> None:
+    keys = path.split(".")
+    cur = d
+    for k in keys[:-1]:
+        nxt = cur.get(k)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[k] = nxt
+        cur = nxt
+    cur[keys[-1]] = value
+
+
+def apply_sets(base: dict[str, Any], sets: dict[str, Any]) -> dict[str, Any]:
+    import copy
+    out = copy.deepcopy(base)
+    for path, v in sets.items():
+        set_path(out, path, v)
+    return out
+
+
+def _fmt(v: Any) -> str:
+    return str(v).replace("/", "-")
+
+
+def expand_conditions(g: GridSpec) -> list[Condition]:
+    conds = list(g.conditions)
+    if g.sweep:
+        paths = list(g.sweep)
+        for combo in itertools.product(*(g.sweep[p] for p in paths)):
+            name = "-".join(f"{p.split('.')[-1]}={_fmt(v)}" for p, v in zip(paths, combo, strict=True))
+            conds.append(Condition(name=name, set=dict(zip(paths, combo, strict=True))))
+    if not conds:
+        conds = [Condition(name="base")]
+    for c in conds:
+        unknown = [a for a in (c.arms or ()) if a not in g.arms]
+        if unknown:
+            raise SpecError(f"grid {g.name} condition {c.name}: arms {unknown} not defined; defined: {list(g.arms)}")
+    names = [c.name for c in conds]
+    if len(set(names)) != len(names):
+        raise SpecError(f"grid {g.name}: condition names repeat: {sorted(n for n in names if names.count(n) > 1)}")
+    return conds
+
+
+def load_grid(path: str | Path) -> GridSpec:
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a grid is a mapping")
+    try:
+        return GridSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(format_validation_error(err, str(path))) from None
+
+
+def cells(g: GridSpec, duration_scale: float = 1.0) -> list[Cell]:
+    """Every cell of the grid, each scenario validated up front (bad input fails before anything runs)."""
+    out: list[Cell] = []
+    for cond in expand_conditions(g):
+        sc = apply_sets(g.base, cond.set)
+        sc.setdefault("name", cond.name)
+        sc["name"] = cond.name
+        if duration_scale != 1.0:
+            sc["duration_s"] = float(sc.get("duration_s", 600.0)) * duration_scale
+        scenario_from_dict(sc, f"grid {g.name} condition {cond.name}")
+        for arm, configs in g.arms.items():
+            if cond.arms is not None and arm not in cond.arms:
+                continue
+            for idx, (cname, cs) in enumerate(configs.items()):
+                for seed in g.seeds:
+                    out.append(Cell(grid=g.name, condition=cond.name, arm=arm, config=cname, config_index=idx,
+                                    seed=seed, scenario={**sc, "seed": seed}, engine=cs.engine,
+                                    overrides=dict(cs.set), hardware=cs.hardware or g.hardware,
+                                    model=cs.model or g.model, context=cs.context or g.context))
+    return out

@@ -1,0 +1,121 @@
+"""The ``servetwin`` command: thin argument parsing; each sub-command calls one public function."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from scenarios.errors import ServetwinError
+
+
+def _add_engine_args(p: argparse.ArgumentParser, engine_required: bool = True) -> None:
+    p.add_argument("--engine", required=engine_required, help="preset: vllm-0.6.3, vllm-v1, sglang-0.4.1, "
+                   "sglang-current")
+    p.add_argument("--set", nargs="*", default=[], metavar="K=V", help="engine overrides, e.g. "
+                   "enable_chunked_prefill=true max_num_batched_tokens=2048")
+    p.add_argument("--hardware", default="l4", help="hardware profile name or YAML path (default l4)")
+    p.add_argument("--model", default="llama-3.1-8b", help="model profile name or YAML path")
+    p.add_argument("--context", type=int, default=16384, help="context length (default 16384)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from servetwin import commands as c
+    ap = argparse.ArgumentParser(prog="servetwin", description="Simulate LLM serving engines and validate "
+                                 "them live on the same seeded agent traces.")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("paper", help="the default job: the reference study's headline grid (both engines, "
+                       "both arms) on the L4 profile; prints the decomposition table")
+    p.add_argument("--quick", action="store_true", help="shorter runs, one seed per condition less")
+    p.add_argument("--out", default="servetwin-out")
+    p.add_argument("--jobs", type=int, default=0)
+    p.set_defaults(fn=c.cmd_paper)
+
+    tr = sub.add_parser("trace", help="compile, validate or show a seeded trace")
+    tsub = tr.add_subparsers(dest="trace_cmd", metavar="ACTION")
+    tsub.required = True
+    p = tsub.add_parser("compile", help="scenario YAML + seed → trace directory")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--set", nargs="*", default=[], metavar="PATH=V", help="scenario overrides, e.g. "
+                   "arrivals.rate=0.2 prompts.sharing=0.6")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=c.cmd_trace_compile)
+    p = tsub.add_parser("validate", help="run every validator check; exit 1 naming the failed check")
+    p.add_argument("trace")
+    p.set_defaults(fn=c.cmd_trace_validate)
+    p = tsub.add_parser("show", help="counts, achieved σ, offered load, role ratios, prefix digest")
+    p.add_argument("trace")
+    p.set_defaults(fn=c.cmd_trace_show)
+
+    p = sub.add_parser("simulate", help="simulate one engine configuration on a trace → RunRecord")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--scenario")
+    g.add_argument("--trace")
+    p.add_argument("--seed", type=int)
+    _add_engine_args(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--chunks", action="store_true", help="record every token's emission time")
+    p.add_argument("--timeout", type=float, default=300.0, help="client request timeout, s")
+    p.set_defaults(fn=c.cmd_simulate)
+
+    p = sub.add_parser("sweep", help="run every cell of a grid (resumable)")
+    p.add_argument("grid")
+    p.add_argument("--out", required=True)
+    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address")
+    p.add_argument("--jobs", type=int, default=0, help="local worker processes (default: all cores)")
+    p.add_argument("--quick", action="store_true", help="scale durations down for a fast look")
+    p.set_defaults(fn=c.cmd_sweep)
+
+    p = sub.add_parser("analyze", help="the study's tables from runs")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    p.set_defaults(fn=c.cmd_analyze)
+
+    p = sub.add_parser("engines", help="print resolved engine configurations (as the start-up log would)")
+    _add_engine_args(p, engine_required=False)
+    p.set_defaults(fn=c.cmd_engines)
+
+    p = sub.add_parser("cost", help="predicted step time and its breakdown")
+    p.add_argument("--hardware", default="l4")
+    p.add_argument("--model", default="llama-3.1-8b")
+    p.add_argument("--family", default="vllm-v0", choices=["vllm-v0", "vllm-v1", "sglang"])
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--prefill", nargs="*", default=[], metavar="N[@CTX]", help="prefill chunks")
+    p.add_argument("--decode", nargs="*", default=[], metavar="BxCTX", help="decode groups, e.g. 16x2048")
+    p.set_defaults(fn=c.cmd_cost)
+
+    for name, text in (("live", "drive a real engine with a trace"), ("calibrate", "probe and fit a real "
+                       "engine"), ("compare", "simulated vs measured side by side"),
+                       ("figures", "figures from runs"), ("report", "an HTML report from runs")):
+        p = sub.add_parser(name, help=f"{text} (not available in this release)")
+        p.add_argument("args", nargs=argparse.REMAINDER)
+        p.set_defaults(fn=c.cmd_unavailable, feature=name)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    try:
+        return int(fn(args) or 0)
+    except ServetwinError as err:
+        print(f"servetwin: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("servetwin: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # one line, never a traceback (SERVETWIN_DEBUG=1 shows it)
+        if os.environ.get("SERVETWIN_DEBUG"):
+            raise
+        print(f"servetwin: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

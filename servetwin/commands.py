@@ -1,0 +1,197 @@
+"""Sub-command bodies: parse-free glue between the CLI and the public functions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from scenarios.errors import ServetwinError, SpecError
+
+
+def _scenario(path: str, seed: int | None, sets: list[str] | None = None) -> Any:
+    from scenarios.grid import apply_sets
+    from scenarios.spec import load_yaml, scenario_from_dict
+    from simulator.presets import parse_overrides
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    if sets:
+        data = apply_sets(data, parse_overrides(sets))
+    if seed is not None:
+        data["seed"] = seed
+    return scenario_from_dict(data, path)
+
+
+def cmd_trace_compile(a: argparse.Namespace) -> int:
+    from scenarios import compile_trace, validate_trace
+    sc = _scenario(a.scenario, a.seed, a.set)
+    t = compile_trace(sc, a.out)
+    validate_trace(a.out)
+    print(f"wrote {a.out}: {t.n_dags} DAGs, {t.n_requests} requests, seed {sc.seed}, trace {t.digest}")
+    return 0
+
+
+def cmd_trace_validate(a: argparse.Namespace) -> int:
+    from scenarios import validate_trace
+    t = validate_trace(a.trace)
+    print(f"{a.trace}: valid ({t.n_requests} requests; all checks passed)")
+    return 0
+
+
+def cmd_trace_show(a: argparse.Namespace) -> int:
+    from scenarios import read_trace
+    t = read_trace(a.trace)
+    m = t.manifest
+    roles = m["counts"]["roles"]
+    nz = {k: v for k, v in roles.items() if v}
+    base = min(nz.values()) if nz else 1
+    lay = m["prompt_layout"]
+    print(f"trace      {a.trace} ({t.digest})")
+    print(f"scenario   {m['scenario']['name']}  seed {m['seed']}  duration {m['scenario']['duration_s']} s")
+    print(f"counts     {m['counts']['dags']} DAGs, {m['counts']['requests']} requests")
+    print("roles      " + ", ".join(f"{k} {v}" for k, v in nz.items()) + "  (ratio "
+          + ":".join(f"{v / base:g}" for v in nz.values()) + ")")
+    print(f"prompts    F={lay['prefix_tokens']} D={lay['suffix_tokens']} DAG context={lay['dag_context_tokens']}"
+          f"  σ target {m['target_sharing']:.4f} achieved {m['achieved_sharing']:.4f}")
+    print(f"load       offered {m['offered_load_rps']:.4f} requests/s")
+    print(f"prefix     sha256 {m['prefix_sha256']}")
+    return 0
+
+
+def _trace_for(a: argparse.Namespace) -> Any:
+    from scenarios import compile_trace, validate_trace
+    if a.trace:
+        return validate_trace(a.trace)
+    return validate_trace(compile_trace(_scenario(a.scenario, a.seed)))
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from analysis.metrics import run_metrics
+    from analysis.records import write_run
+    from simulator import simulate
+    from simulator.presets import parse_overrides
+    trace = _trace_for(a)
+    rec = simulate(trace, a.engine, a.hardware, a.model, parse_overrides(a.set), a.context,
+                   timeout_s=a.timeout, record_tokens=a.chunks)
+    write_run(rec, a.out)
+    m = run_metrics(rec)
+    print(f"wrote {a.out}: {m['n_ok']}/{m['n']} ok, TTFT p50 {m['ttft_p50']:.3f} s p95 {m['ttft_p95']:.3f} s, "
+          f"TPOT p50 {m['tpot_p50'] * 1000:.1f} ms, X {m['throughput']:.3f}/s "
+          f"({'keeps pace' if m['keeps_pace'] else 'falls behind'}), KV peak {m['kv_peak']:.3f}")
+    return 0
+
+
+def _progress(label: str):  # type: ignore[no-untyped-def]
+    from tqdm import tqdm
+    bar: dict[str, Any] = {}
+
+    def cb(done: int, total: int) -> None:
+        if "b" not in bar:
+            bar["b"] = tqdm(total=total, desc=label, unit="run", file=sys.stderr, leave=False)
+        bar["b"].update(1)
+        if done == total:
+            bar["b"].close()
+    return cb
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from scenarios.grid import cells, load_grid
+    from simulator.sweep import pending, run_cells
+    g = load_grid(a.grid)
+    cs = cells(g, 1 / 3 if a.quick else 1.0)
+    todo = pending(cs, a.out)
+    print(f"grid {g.name}: {len(cs)} cells, {len(cs) - len(todo)} already complete")
+    run_cells(cs, a.out, a.executor, a.jobs, a.address, _progress(g.name))
+    print(f"wrote {a.out}")
+    return 0
+
+
+def _load(paths: list[str]) -> list[Any]:
+    from analysis.records import find_runs, read_run
+    return [read_run(p) for p in find_runs(paths)]
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    from analysis.tables import all_tables, to_markdown
+    tables = all_tables(_load(a.runs))
+    if a.format == "json":
+        print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items() if k != "runs"},
+                         indent=2))
+    elif a.format == "csv":
+        for k, v in tables.items():
+            if k != "runs":
+                print(f"# {k}")
+                print(v.to_csv(index=False), end="")
+    else:
+        for k in ("absolute", "gaps", "decomposition", "dispersion"):
+            print(f"## {k}\n")
+            print(to_markdown(tables[k]))
+    return 0
+
+
+def cmd_engines(a: argparse.Namespace) -> int:
+    from simulator.presets import PRESETS, kv_capacity_tokens, parse_overrides, resolve
+    from simulator.profiles import GIB, load_hardware, load_model
+    hw, m = load_hardware(a.hardware), load_model(a.model)
+    names = [a.engine] if a.engine else list(PRESETS)
+    print(f"# {hw.name}: {hw.memory_cuda_gib:.2f} GiB (CUDA), model {m.name}: weights "
+          f"{m.weight_bytes / GIB:.2f} GiB, KV {m.kv_bytes_per_token() // 1024} KiB/token, context {a.context}")
+    for n in names:
+        cfg = resolve(n, hw, m, a.context, parse_overrides(a.set) if a.engine else None)
+        fields = ", ".join(f"{k}={v!r}" for k, v in cfg.model_dump().items())
+        print(f"{n}: KV capacity {kv_capacity_tokens(cfg)} tokens\n  resolved: {fields}")
+    return 0
+
+
+def _parse_prefill(s: str) -> tuple[int, int]:
+    q, _, c = s.partition("@")
+    try:
+        return int(q), int(c or 0)
+    except ValueError:
+        raise SpecError(f"--prefill {s!r}: expected N or N@CTX (integers)") from None
+
+
+def _parse_decode(s: str) -> tuple[int, int]:
+    b, _, c = s.lower().partition("x")
+    try:
+        return int(b), int(c)
+    except ValueError:
+        raise SpecError(f"--decode {s!r}: expected BxCTX, e.g. 16x2048") from None
+
+
+def cmd_cost(a: argparse.Namespace) -> int:
+    from simulator.cost_model import BatchShape, CostModel
+    from simulator.profiles import load_hardware, load_model
+    cm = CostModel(load_hardware(a.hardware), load_model(a.model), a.family, a.tp)
+    b = BatchShape()
+    for s in a.prefill:
+        q, c = _parse_prefill(s)
+        b.add_prefill(q, c, True)
+    for s in a.decode:
+        n, c = _parse_decode(s)
+        for _ in range(n):
+            b.add_decode(c)
+    if b.seqs == 0:
+        raise SpecError("cost: give at least one --prefill or --decode")
+    sc = cm.cost(b)
+    bound = "compute" if sc.compute_s > sc.memory_s else "memory"
+    print(f"step {sc.total_s * 1000:.2f} ms  ({bound}-bound) on {a.hardware}, {a.model}, {a.family}, TP{a.tp}")
+    print(f"  compute  {sc.compute_s * 1000:8.2f} ms  ({b.prefill_tokens + b.decodes} new tokens)")
+    print(f"  memory   {sc.memory_s * 1000:8.2f} ms  (weights + KV reads over {b.prefill_ctx + b.decode_ctx} "
+          "context tokens)")
+    print(f"  combined {1000 * (sc.total_s - sc.overhead_s - sc.comm_s):8.2f} ms  sqrt(compute² + memory²)")
+    print(f"  comm     {sc.comm_s * 1000:8.2f} ms\n  overhead {sc.overhead_s * 1000:8.2f} ms  ({b.seqs} sequences)")
+    return 0
+
+
+def cmd_paper(a: argparse.Namespace) -> int:
+    from paper_figures.paper import run_paper
+    return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)
+
+
+def cmd_unavailable(a: argparse.Namespace) -> int:
+    raise ServetwinError(f"'servetwin {a.feature}' is not available in this release "
+                         "(see the README's status table)")

@@ -1,0 +1,97 @@
+"""Every validator check fires on a corrupted trace, naming the check (hypothesis over corruptions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scenarios import TraceError, compile_trace, validate_trace
+from scenarios.trace import Trace, write_trace
+from tests.conftest import small_scenario
+
+TRACE = compile_trace(small_scenario(duration_s=60))
+
+
+def _copy() -> Trace:
+    return Trace(manifest=json.loads(json.dumps(TRACE.manifest)),
+                 arrays={k: v.copy() for k, v in TRACE.arrays.items()})
+
+
+def corrupt(kind: str, i: int) -> tuple[Trace, str]:
+    t = _copy()
+    a = t.arrays
+    n = t.n_requests
+    i = i % n
+    if kind == "prefix-token":
+        a["prefix"][i % a["prefix"].size] += 1
+        return t, "prefix-sha256"
+    if kind == "sigma":
+        t.manifest["target_sharing"] = 0.5
+        return t, "sharing"
+    if kind == "duplicate-suffix":
+        j = (i + 1) % n
+        s_i, s_j = a["segments"][a["seg_offsets"][i + 1] - 1], a["segments"][a["seg_offsets"][j + 1] - 1]
+        a["pool"][s_j[1]:s_j[1] + s_j[2]] = a["pool"][s_i[1]:s_i[1] + s_i[2]]
+        return t, "distinct-suffix"
+    if kind == "cycle":
+        agg = int(np.flatnonzero(a["role"] == 2)[i % (a["role"] == 2).sum()])
+        a["pred_index"][a["pred_offsets"][agg - 4]] = agg   # a worker now depends on its aggregator
+        return t, "dag"
+    if kind == "foreign-pred":
+        agg = int(np.flatnonzero(a["role"] == 2)[-1])
+        a["pred_index"][a["pred_offsets"][agg]] = 0 if a["dag"][agg] != 0 else agg + 100
+        return t, "dag"
+    if kind == "arrival-order":
+        j = max(i, 6)
+        a["arrival_s"][j:] = a["arrival_s"][j:] - 1000.0
+        return t, "arrivals-ordered"
+    if kind == "negative-delay":
+        w = int(np.flatnonzero(a["role"] == 1)[i % (a["role"] == 1).sum()])
+        a["delay_s"][w] = -0.5
+        return t, "tool-delays"
+    if kind == "huge-delay":
+        w = int(np.flatnonzero(a["role"] == 1)[i % (a["role"] == 1).sum()])
+        a["delay_s"][w] = 1e6
+        return t, "tool-delays"
+    raise AssertionError(kind)
+
+
+KINDS = ["prefix-token", "sigma", "duplicate-suffix", "cycle", "foreign-pred", "arrival-order",
+         "negative-delay", "huge-delay"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(KINDS), i=st.integers(0, 10_000))
+def test_each_check_fires(kind, i):
+    t, check = corrupt(kind, i)
+    with pytest.raises(TraceError) as e:
+        validate_trace(t)
+    assert e.value.check == check
+
+
+def test_clean_trace_passes():
+    validate_trace(_copy())
+
+
+@pytest.mark.parametrize("tamper", ["edit", "swap", "truncate", "manifest"])
+def test_tampered_files_refused(tmp_path: Path, tamper):
+    d = tmp_path / "t"
+    write_trace(_copy(), d)
+    if tamper == "edit":
+        b = bytearray((d / "pool.npy").read_bytes())
+        b[-3] ^= 0xFF
+        (d / "pool.npy").write_bytes(bytes(b))
+    elif tamper == "swap":
+        (d / "delay_s.npy").write_bytes((d / "arrival_s.npy").read_bytes())
+    elif tamper == "truncate":
+        (d / "segments.npy").write_bytes((d / "segments.npy").read_bytes()[:100])
+    else:
+        (d / "manifest.json").write_text("{not json")
+    with pytest.raises(TraceError) as e:
+        validate_trace(d)
+    assert e.value.check in ("digest", "manifest")
