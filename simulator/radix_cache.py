@@ -70,12 +70,11 @@ class RadixCache:
             if child is None:
                 break
             m = common_prefix_len(child.key, key[n:])
-            child.last_access = now
-            if m < len(child.key):
-                child = self._split(child, m, now)
+            if m < len(child.key):               # the new upper node is fresh; the lower keeps its time
+                node = self._split(child, m, now)
                 n += m
-                node = child
                 break
+            child.last_access = now
             n += m
             node = child
         return n, node
@@ -89,9 +88,9 @@ class RadixCache:
             if child is None:
                 break
             m = common_prefix_len(child.key, key[n:])
-            child.last_access = now
             if m < len(child.key):
                 child = self._split(child, m, now)
+            child.last_access = now
             n += m
             node = child
         if n < len(key):

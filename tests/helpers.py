@@ -1,0 +1,52 @@
+"""Small hand-built traces and engines for hand-checked scheduler scenarios."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scenarios.trace import SRC_POOL, Trace, npy_bytes, sha256
+from simulator.presets import resolve
+from simulator.profiles import HardwareProfile, Overheads, load_hardware, load_model
+from simulator.request import Request
+
+HW = load_hardware("l4")
+MODEL = load_model("llama-3.1-8b")
+
+
+def config(preset: str, **over):  # type: ignore[no-untyped-def]
+    return resolve(preset, HW, MODEL, 16384, over)
+
+
+def request(i: int, n: int, max_tokens: int = 4, shared: int = 0, dag: int = 0) -> Request:
+    """Prompt of n tokens; the first ``shared`` tokens are common to every request built with shared>0."""
+    toks = np.concatenate([np.arange(shared, dtype=np.int32),
+                           np.full(n - shared, 1_000_000 + i, dtype=np.int32) + np.arange(n - shared, dtype=np.int32) * 7])
+    return Request(i, dag, "worker", toks.astype(np.int32), max_tokens, 0.0, 0.0, i)
+
+
+def constant_hardware(step_s: float) -> HardwareProfile:
+    """A degenerate GPU: every step takes exactly step_s (infinite FLOP/s and bandwidth)."""
+    o = Overheads(step_graph_s=step_s, step_eager_s=step_s, per_seq_s=0.0)
+    return HardwareProfile(name="constant", peak_flops=1e30, mem_bandwidth=1e30, memory_cuda_gib=HW.memory_cuda_gib,
+                           memory_smi_mib=HW.memory_smi_mib, init_used_gib=HW.init_used_gib, link_bandwidth=1e30,
+                           link_latency_s=0.0, eta_compute=1.0, eta_bandwidth=1.0, kappa_kv=1.0,
+                           overheads={"vllm-v0": o, "vllm-v1": o, "sglang": o})
+
+
+def single_request_trace(arrivals: np.ndarray, prompt_len: int, max_tokens: int, seed: int = 0) -> Trace:
+    """One request per DAG at the given arrival times, distinct prompts."""
+    n = arrivals.size
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 100_000, size=n * prompt_len, dtype=np.int32)
+    segs = np.asarray([(SRC_POOL, i * prompt_len, prompt_len) for i in range(n)], dtype=np.int64).reshape(-1, 3)
+    arrays = {"dag": np.arange(n, dtype=np.int32), "role": np.full(n, 3, np.int8),
+              "arrival_s": arrivals.astype(np.float64), "delay_s": np.zeros(n), "pred_offsets": np.zeros(n + 1, np.int64),
+              "pred_index": np.zeros(0, np.int32), "max_tokens": np.full(n, max_tokens, np.int32),
+              "seg_offsets": np.arange(n + 1, dtype=np.int64), "segments": segs,
+              "prefix": np.zeros(0, np.int32), "pool": pool}
+    duration = float(arrivals.max()) + 1 if n else 1.0
+    manifest = {"format_version": 1, "seed": seed, "scenario": {"name": "hand", "duration_s": duration},
+                "offered_load_rps": n / duration, "target_sharing": 0.0, "achieved_sharing": 0.0,
+                "tool_delay_max_s": 0.0, "prefix_sha256": "", "counts": {}}
+    manifest["digests"] = {k: sha256(npy_bytes(v)) for k, v in arrays.items()}
+    return Trace(manifest=manifest, arrays=arrays)

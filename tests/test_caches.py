@@ -1,0 +1,122 @@
+"""BlockCache and RadixCache: invariants, eviction order, and agreement at block size 1."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.block_cache import BlockCache
+from simulator.radix_cache import RadixCache
+from simulator.request import Request
+
+
+def req(i: int, toks) -> Request:  # type: ignore[no-untyped-def]
+    return Request(i, 0, "worker", np.asarray(toks, dtype=np.int32), 4, 0.0, 0.0, i)
+
+
+def test_block_cache_shares_full_blocks_and_evicts_deepest_first():
+    c = BlockCache(10, 4, True, "v0")
+    a = req(0, range(12))                 # 3 full blocks
+    c.allocate(a, 12, step=0, now=1.0)
+    assert c.num_free == 7
+    b = req(1, list(range(8)) + [99, 98])  # shares 2 blocks, 1 private tail
+    c.allocate(b, 10, step=1, now=2.0)
+    assert c.num_free == 6 and c.computed_prefix_tokens(b, 1, 10) == 8
+    c.check_integrity([a, b])
+    c.free(a, now=3.0)
+    c.check_integrity([b])
+    assert c.num_evictable == 1           # block 3 of a; blocks 1-2 still held by b
+    c.free(b, now=3.0)
+    assert c.num_evictable == 3 and c.usage() == 0.0
+    # need 8 fresh blocks: 7 content-less first, then the deepest of the oldest cached blocks
+    d = req(2, range(100, 132))
+    c.allocate(d, 32, step=2, now=4.0)
+    remaining = sorted(blk.depth for blk in c.cached.values() if blk.refcount == 0)
+    assert remaining == [1, 2]
+    c.check_integrity([d])
+
+
+def test_same_step_hits_do_not_save_compute():
+    c = BlockCache(20, 4, True, "v0")
+    a, b = req(0, range(16)), req(1, list(range(16)) + [7])
+    c.allocate(a, 16, step=5, now=0.0)
+    c.allocate(b, 17, step=5, now=0.0)
+    assert c.num_free == 20 - 4 - 1          # b shares a's four blocks
+    assert c.computed_prefix_tokens(b, 5, 17) == 0
+    assert c.computed_prefix_tokens(b, 6, 17) == 16
+
+
+def test_last_block_always_recomputed():
+    c = BlockCache(20, 4, True, "v0")
+    a = req(0, range(16))
+    c.allocate(a, 16, step=0, now=0.0)
+    c.free(a, now=1.0)
+    b = req(1, range(16))
+    c.allocate(b, 16, step=1, now=2.0)
+    assert c.computed_prefix_tokens(b, 1, 16) == 12   # exact multiple: the last full block recomputed
+
+
+def _radix_hits(seqs):  # type: ignore[no-untyped-def]
+    t = RadixCache()
+    out = []
+    for k, s in enumerate(seqs):
+        key = np.asarray(s, dtype=np.int32)
+        n, _ = t.match_prefix(key, float(k))
+        out.append(n)
+        t.insert(key, float(k))
+        t.check_integrity()
+    return out
+
+
+def _block_hits(seqs):  # type: ignore[no-untyped-def]
+    c = BlockCache(100_000, 1, True, "v0")
+    out = []
+    for k, s in enumerate(seqs):
+        r = req(k, s)
+        out.append(c.lookup_hit_blocks(r, len(s)))
+        c.allocate(r, len(s), step=k, now=float(k))
+        c.free(r, now=float(k))
+    return out
+
+
+seq = st.lists(st.integers(0, 3), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seqs=st.lists(seq, min_size=1, max_size=25))
+def test_radix_and_block_size_1_agree(seqs):
+    assert _radix_hits(seqs) == _block_hits(seqs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seqs=st.lists(seq, min_size=1, max_size=20), locks=st.lists(st.booleans(), min_size=20, max_size=20),
+       evict=st.integers(1, 100))
+def test_radix_eviction_never_touches_locked(seqs, locks, evict):
+    t = RadixCache()
+    locked = []
+    for k, s in enumerate(seqs):
+        key = np.asarray(s, dtype=np.int32)
+        t.insert(key, float(k))
+        if locks[k]:
+            node = t.node_for(key, float(k))
+            t.inc_lock_ref(node)
+            locked.append(key)
+    before = t.protected_size
+    t.evict(evict)
+    t.check_integrity()
+    assert t.protected_size == before
+    for key in locked:
+        n, _ = t.match_prefix(key, 99.0)
+        assert n == len(key)
+
+
+def test_radix_evicts_lru_leaf_first():
+    t = RadixCache()
+    a = np.asarray([1, 2, 3, 4], np.int32)
+    b = np.asarray([1, 2, 9, 9], np.int32)
+    t.insert(a, 1.0)
+    t.insert(b, 2.0)
+    assert t.evict(1) == 2                    # a's leaf [3, 4] is older
+    assert t.match_prefix(a, 3.0)[0] == 2 and t.match_prefix(b, 3.0)[0] == 4
+    t.check_integrity()

@@ -1,0 +1,212 @@
+"""Hand-checked scenarios, one per engine rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.schedulers.sglang import SglangScheduler
+from simulator.schedulers.vllm_v0 import VllmV0Scheduler
+from simulator.schedulers.vllm_v1 import VllmV1Scheduler
+from tests.helpers import config, request
+
+
+def run_until_token(s, r, t=0.0, max_steps=50):  # type: ignore[no-untyped-def]
+    steps = []
+    for k in range(max_steps):
+        st = s.schedule(t, k)
+        steps.append(st)
+        s.complete(st, t + 1, k)
+        s.check_integrity()
+        t += 1
+        if r.output_len:
+            return steps
+    raise AssertionError("no token")
+
+
+def test_vllm_v0_prefill_only_step_stalls_decodes():
+    s = VllmV0Scheduler(config("vllm-0.6.3", enable_prefix_caching=True))
+    a = request(0, 500, max_tokens=10)
+    s.add(a, 0)
+    run_until_token(s, a)
+    st = s.schedule(1, 1)
+    assert st.kind == "decode" and [r for r, _ in st.items] == [a]
+    s.complete(st, 2, 1)
+    b = request(1, 800)
+    s.add(b, 2)
+    st = s.schedule(2, 2)
+    assert st.kind == "prefill" and [r for r, _ in st.items] == [b]       # a sits this step out
+    assert st.shape.decodes == 0
+
+
+def test_vllm_v0_never_fitting_prompt_is_ignored():
+    s = VllmV0Scheduler(config("vllm-0.6.3", num_gpu_blocks=100))
+    big, small = request(0, 1590), request(1, 16)      # big needs 100 blocks > total − watermark(1)
+    s.add(big, 0)
+    s.add(small, 0)
+    st = s.schedule(0, 0)
+    assert big.error and [r for r, _ in st.items] == [small]
+
+
+def test_vllm_v0_head_of_line_blocking():
+    s = VllmV0Scheduler(config("vllm-0.6.3", num_gpu_blocks=100))
+    a = request(0, 1000, max_tokens=50)             # 63 blocks
+    s.add(a, 0)
+    s.complete(s.schedule(0, 0), 1, 0)
+    big, small = request(1, 800), request(2, 16)    # big (50 blocks) must wait; small would fit
+    s.add(big, 1)
+    s.add(small, 1)
+    st = s.schedule(1, 1)
+    assert st.kind == "decode" and list(s.waiting) == [big, small]
+
+
+def test_chunked_4096_prompt_under_2048_budget_takes_two_steps():
+    for s in (VllmV0Scheduler(config("vllm-0.6.3", enable_chunked_prefill=True, max_num_batched_tokens=2048)),
+              VllmV1Scheduler(config("vllm-v1", max_num_batched_tokens=2048)),
+              SglangScheduler(config("sglang-0.4.1", chunked_prefill_size=2048))):
+        r = request(0, 4096)
+        s.add(r, 0)
+        steps = run_until_token(s, r)
+        assert [sum(n for _, n in st.items) for st in steps] == [2048, 2048], type(s).__name__
+
+
+def test_vllm_v0_chunked_cuts_at_most_one_new_request():
+    s = VllmV0Scheduler(config("vllm-0.6.3", enable_chunked_prefill=True, max_num_batched_tokens=2048,
+                               enable_prefix_caching=True))
+    rs = [request(i, 700) for i in range(4)]
+    for r in rs:
+        s.add(r, 0)
+    st = s.schedule(0, 0)
+    assert [n for _, n in st.items] == [700, 700, 640]      # third cut to whole blocks; fourth waits
+    assert rs[3] in s.waiting
+
+
+def test_vllm_hits_skip_compute_not_budget():
+    s = VllmV0Scheduler(config("vllm-0.6.3", enable_prefix_caching=True))
+    a = request(0, 1000, max_tokens=1, shared=960)
+    s.add(a, 0)
+    run_until_token(s, a)
+    b = request(1, 1000, max_tokens=1, shared=960)
+    s.add(b, 5)
+    st = s.schedule(5, 5)
+    assert st.items == [(b, 1000)]                  # budget counts the whole prompt
+    assert st.shape.prefill_tokens == 1000 - 960     # compute skips the 60 cached blocks
+
+
+def test_sglang_lpm_admits_longest_cached_prefix_first():
+    s = SglangScheduler(config("sglang-0.4.1", chunked_prefill_size=600))
+    warm = request(0, 1000, max_tokens=1, shared=900)
+    s.add(warm, 0)
+    run_until_token(s, warm)
+    assert s.schedule(9, 9) is None          # idle: releases the finished request (overlap: one step late)
+    cold = request(1, 500)
+    hot = request(2, 1000, shared=900)
+    s.add(cold, 10)
+    s.add(hot, 10)
+    st = s.schedule(10, 10)
+    assert st.items[0][0] is hot and st.items[0][1] == 100      # only the 100 uncached tokens
+    assert hot.cached_tokens == 900
+
+
+def test_sglang_fcfs_keeps_arrival_order():
+    s = SglangScheduler(config("sglang-0.4.1", chunked_prefill_size=600, schedule_policy="fcfs"))
+    warm = request(0, 1000, max_tokens=1, shared=900)
+    s.add(warm, 0)
+    run_until_token(s, warm)
+    cold, hot = request(1, 500), request(2, 1000, shared=900)
+    s.add(cold, 10)
+    s.add(hot, 10)
+    st = s.schedule(10, 10)
+    assert st.items[0][0] is cold
+
+
+def test_sglang_prefill_has_priority_over_decode():
+    s = SglangScheduler(config("sglang-0.4.1"))
+    a, b = request(0, 300, max_tokens=50), request(1, 300, max_tokens=50)
+    s.add(a, 0)
+    s.complete(s.schedule(0, 0), 1, 0)
+    s.complete(s.schedule(1, 1), 2, 1)
+    s.add(b, 2)
+    st = s.schedule(2, 2)
+    assert st.kind == "prefill" and [r for r, _ in st.items] == [b]   # the decode batch waits
+
+
+def test_sglang_retracts_fewest_outputs_to_the_tail():
+    s = SglangScheduler(config("sglang-0.4.1", max_total_tokens=2000, new_token_ratio_decay_steps=1))
+    rs = [request(0, 200, max_tokens=50)] + [request(i, 200, max_tokens=600) for i in range(1, 8)]
+    for r in rs:
+        s.add(r, 0)
+    t = 0
+    while True:
+        outs = {id(r): r.output_len for r in s.running}
+        before = s.counters.preemptions
+        st = s.schedule(t, t)
+        if s.counters.preemptions > before:
+            gone = [r for r in rs if id(r) in outs and r in s.waiting]
+            kept = [r for r in s.running]
+            assert gone and kept
+            assert max(outs[id(r)] for r in gone) <= min(outs[id(r)] for r in kept)
+            assert list(s.waiting)[-len(gone):] == gone or set(map(id, list(s.waiting)[-len(gone):])) == set(map(id, gone))
+            assert all(r.num_computed == 0 and r.output_len > 0 for r in gone)
+            break
+        s.complete(st, t + 1, t)
+        s.check_integrity()
+        t += 1
+        assert t < 3000
+
+
+def test_vllm_v0_preempts_last_running_by_recompute():
+    s = VllmV0Scheduler(config("vllm-0.6.3", num_gpu_blocks=40))
+    a, b = request(0, 300, max_tokens=200), request(1, 300, max_tokens=200)
+    s.add(a, 0)
+    s.add(b, 0)
+    t = 0
+    while not s.counters.preemptions:
+        st = s.schedule(t, t)
+        s.complete(st, t + 1, t)
+        s.check_integrity()
+        t += 1
+    assert s.waiting[0] is b and b.num_computed == 0 and b.output_len > 0
+    assert a in s.running
+
+
+def test_vllm_v1_no_admission_in_a_step_that_preempted():
+    s = VllmV1Scheduler(config("vllm-v1", num_gpu_blocks=40, enable_prefix_caching=False))
+    a, b = request(0, 300, max_tokens=300), request(1, 300, max_tokens=300)
+    s.add(a, 0)
+    s.add(b, 0)
+    t = 0
+    c = request(2, 16)
+    added = False
+    while True:
+        if not added and t > 2:
+            s.add(c, t)
+            s.add(request(3, 16), t)
+            added = True
+        before = s.counters.preemptions
+        last = s.running[-1] if s.running else None
+        waiting_before = list(s.waiting)
+        st = s.schedule(t, t)
+        if s.counters.preemptions > before:
+            assert all(r not in waiting_before for r, _ in st.items)   # nobody admitted this step
+            assert s.waiting[0] is last                               # running[-1] went to the front
+            break
+        s.complete(st, t + 1, t)
+        s.check_integrity()
+        t += 1
+        assert t < 500
+
+
+def test_sglang_ratio_decays_and_resets():
+    s = SglangScheduler(config("sglang-0.4.1"))
+    a = request(0, 100, max_tokens=50)
+    s.add(a, 0)
+    t = 0
+    while not a.is_finished:
+        st = s.schedule(t, t)
+        s.complete(st, t + 1, t)
+        t += 1
+    assert s.ratio < s.init_ratio
+    assert np.isclose(s.init_ratio - s.ratio, s.decay * (a.max_tokens - 1), rtol=0.05)
+    s.schedule(t, t)
+    s.schedule(t + 1, t + 1)
+    assert s.ratio == s.init_ratio
