@@ -46,7 +46,7 @@ def cmd_trace_show(a: argparse.Namespace) -> int:
     t = read_trace(a.trace)
     m = t.manifest
     roles = m["counts"]["roles"]
-    nz = {k: v for k, v in roles.items() if v}
+    nz = {k: roles[k] for k in ("planner", "worker", "aggregator", "turn") if roles.get(k)}
     base = min(nz.values()) if nz else 1
     lay = m["prompt_layout"]
     print(f"trace      {a.trace} ({t.digest})")

@@ -1,0 +1,93 @@
+"""The command line: every documented sub-command end to end, and one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+EX = ROOT / "scenarios" / "examples" / "rate-0.12.yaml"
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servetwin.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT)
+
+
+def test_help_lists_subcommands():
+    out = cli("--help").stdout
+    for c in ("paper", "trace", "simulate", "sweep", "live", "calibrate", "compare", "analyze", "figures",
+              "engines", "cost"):
+        assert c in out
+
+
+def test_reference_condition_compiles_validates_and_shows(tmp_path: Path):
+    d = tmp_path / "t"
+    r = cli("trace", "compile", "--scenario", str(EX), "--out", str(d))
+    assert r.returncode == 0, r.stderr
+    assert cli("trace", "validate", str(d)).returncode == 0
+    show = cli("trace", "show", str(d)).stdout
+    assert "achieved 0.8999" in show and "1:4:1" in show and "offered 0.7200" in show
+
+
+def test_tampered_trace_exits_1_naming_the_check(tmp_path: Path):
+    d = tmp_path / "t"
+    cli("trace", "compile", "--scenario", str(EX), "--set", "duration_s=60", "--out", str(d))
+    b = bytearray((d / "prefix.npy").read_bytes())
+    b[-1] ^= 1
+    (d / "prefix.npy").write_bytes(bytes(b))
+    r = cli("trace", "validate", str(d))
+    assert r.returncode == 1 and "digest" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("arrivals: {rate: -0.5}\n", "arrivals.rate"),
+    ("prompts: {length: 100, sharing: 1.5}\n", "prompts.sharing"),
+    ("prompts: {length: 100, sharing: 0.5, suffix_tokens: 3}\n", "prompts"),
+    ("nonsense_key: 3\n", "unknown key"),
+    ("arrivals: [unclosed\n", "invalid YAML"),
+])
+def test_bad_scenarios_exit_2_with_one_line(tmp_path: Path, content, needle):
+    f = tmp_path / "s.yaml"
+    f.write_text(content)
+    r = cli("trace", "compile", "--scenario", str(f), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_simulate_analyze_engines_cost(tmp_path: Path):
+    out = tmp_path / "runs"
+    for eng, sets in (("vllm-0.6.3", ["enable_prefix_caching=true"]), ("sglang-0.4.1", [])):
+        r = cli("simulate", "--scenario", str(EX), "--seed", "2", "--engine", eng, "--set", *sets,
+                "--out", str(out / eng), *([] if sets else []))
+        assert r.returncode == 0, r.stderr
+        assert "TTFT p50" in r.stdout
+    r = cli("analyze", str(out), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tables = json.loads(r.stdout)
+    assert {"absolute", "gaps", "decomposition", "dispersion"} <= set(tables)
+    assert len(tables["absolute"]) == 2
+    r = cli("engines", "--hardware", "l4", "--context", "16384")
+    assert "sglang-0.4.1" in r.stdout and "chunked_prefill_size=2048" in r.stdout and "cuda_graph_max_bs=8" in r.stdout
+    assert "max_num_batched_tokens=16384" in r.stdout and "enable_chunked_prefill=False" in r.stdout
+    r = cli("cost", "--prefill", "4096", "--decode", "16x2048")
+    assert r.returncode == 0 and "compute" in r.stdout and "overhead" in r.stdout
+
+
+def test_bad_override_names_accepted_keys(tmp_path: Path):
+    r = cli("simulate", "--scenario", str(EX), "--engine", "vllm-0.6.3", "--set", "chunky=1", "--out",
+            str(tmp_path / "x"))
+    assert r.returncode == 2 and "chunky" in r.stderr and "accepted keys" in r.stderr
+    r = cli("simulate", "--scenario", str(EX), "--engine", "vllm-9", "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "known:" in r.stderr
+
+
+def test_unavailable_feature_says_so():
+    r = cli("live", "run")
+    assert r.returncode != 0 and "not available" in r.stderr

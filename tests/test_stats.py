@@ -1,0 +1,72 @@
+"""Statistics against hand-computed values and scipy; keeps-pace boundary; fluid model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from analysis.fluid import closed_loop_wait, fluid_wait, predicted_gap, predicted_ttft, shortfall
+from analysis.metrics import KEEPS_PACE
+from analysis.stats import geomean, paired_gap, removed_fraction, spread_of_medians
+
+
+def test_geomean():
+    assert geomean([1, 4, 16]) == pytest.approx(4.0)
+
+
+def test_gap_interval_by_hand():
+    a, b = np.array([2.0, 3.0, 2.5]), np.array([1.0, 1.0, 1.0])
+    d = np.log(a / b)
+    s = d.std(ddof=1)
+    g = paired_gap(a, b)
+    assert g.ratio == pytest.approx(math.exp(d.mean()))
+    assert g.hi == pytest.approx(math.exp(d.mean() + 4.302653 * s / math.sqrt(3)), rel=1e-5)
+    assert g.lo == pytest.approx(math.exp(d.mean() - 4.302653 * s / math.sqrt(3)), rel=1e-5)
+    assert g.p_value == pytest.approx(sps.ttest_rel(np.log(a), np.log(b)).pvalue)
+
+
+def test_phi_and_guard():
+    assert removed_fraction(2.0, 1.0) == pytest.approx(1.0)
+    assert removed_fraction(4.0, 2.0) == pytest.approx(0.5)
+    assert removed_fraction(1.09, 1.0) is None
+    assert removed_fraction(1.11, 1.0) is not None
+
+
+def test_spread():
+    assert spread_of_medians([1.0, math.e, math.e**2]) == pytest.approx(1.0)
+
+
+def test_keeps_pace_boundary():
+    from analysis.metrics import run_metrics
+    from tests.helpers import single_request_trace
+    assert KEEPS_PACE == 0.97
+    # synthetic record: 100 requests offered in T=100 s, 97 or 96 done by T
+    import pandas as pd
+
+    from analysis.records import RunRecord
+    for done, expect in ((97, True), (96, False)):
+        n = 101
+        df = pd.DataFrame({"request_id": range(n), "dag_id": range(n), "role": "turn",
+                           "planned_s": np.linspace(0, 99, n), "send_s": np.linspace(0, 99, n),
+                           "first_token_s": 0.0, "last_token_s": [50.0] * (done + 1) + [150.0] * (n - done - 1),
+                           "output_tokens": 2, "prompt_tokens": 10, "cached_tokens": 0.0, "ok": True, "error": ""})
+        rec = RunRecord(meta={"run_id": "x", "engine": "e", "seed": 1, "offered_load_rps": 1.0,
+                              "run_window": {"duration_s": 100.0}, "exclusion": {"exclude_first_dags": 1},
+                              "telemetry_summary": {}}, requests=df)
+        assert run_metrics(rec)["keeps_pace"] is expect
+    del single_request_trace
+
+
+def test_fluid_model_on_a_synthetic_backlog():
+    # arrivals at rate 2/s for T = 100 s, served FCFS at 1.5/s: the request arriving at T/2 waits
+    lam, mu, T = 2.0, 1.5, 100.0
+    t = 50.0
+    wait = (lam * t) / mu - t                # its position in the backlog divided by service rate
+    assert fluid_wait(shortfall(mu, lam), T) == pytest.approx(wait)
+    assert predicted_ttft(0.5, mu, lam, T) == pytest.approx(0.5 + wait)
+    assert closed_loop_wait(shortfall(mu, lam), T, 1 / 6) == pytest.approx(wait / 6)
+    assert predicted_gap(shortfall(mu, lam), 2 * T, 0.5) > predicted_gap(shortfall(mu, lam), T, 0.5)
+    assert fluid_wait(1.0, T) == math.inf
