@@ -41,10 +41,7 @@ def paired_gap(a: list[float] | np.ndarray, b: list[float] | np.ndarray) -> Gap:
         return Gap(math.exp(mean), float("nan"), float("nan"), float("nan"), n)
     s = float(d.std(ddof=1))
     half = float(sps.t.ppf(0.975, n - 1)) * s / math.sqrt(n)
-    if s == 0:
-        p = 0.0 if mean != 0 else 1.0
-    else:
-        p = float(sps.ttest_rel(np.log(a), np.log(b)).pvalue)
+    p = (0.0 if mean != 0 else 1.0) if s == 0 else float(sps.ttest_rel(np.log(a), np.log(b)).pvalue)
     return Gap(math.exp(mean), math.exp(mean - half), math.exp(mean + half), p, n)
 
 

@@ -93,7 +93,7 @@ def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
 
 
 def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched: str = "matched") -> pd.DataFrame:
-    rows = []
+    rows: list[dict[str, Any]] = []
     if gaps.empty:
         return pd.DataFrame(rows)
     for (cond, metric), g in gaps.groupby(["condition", "metric"], sort=False):

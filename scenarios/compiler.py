@@ -108,7 +108,7 @@ def build_trace(sc: Scenario) -> Trace:
     caps = np.asarray([sc.outputs.cap(ROLE_CAPS[r]) for r in range(4)], dtype=np.int32)
     max_tokens = caps[role]
     pred_off, pred_idx = _csr(b.preds)
-    arrays = {"dag": np.asarray(b.dag, dtype=np.int32), "role": role,
+    arrays: dict[str, np.ndarray] = {"dag": np.asarray(b.dag, dtype=np.int32), "role": role,
               "arrival_s": np.asarray(b.arrival, dtype=np.float64), "delay_s": _delays(sc, b.tool),
               "pred_offsets": pred_off, "pred_index": pred_idx, "max_tokens": max_tokens}
     arrays.update(_prompt_arrays(sc, b, max_tokens))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from scenarios.errors import TraceError
 from scenarios.prompts import row_keys
 from scenarios.trace import SRC_POOL, SRC_PREFIX, Trace, prefix_digest, read_trace
-from scenarios.errors import TraceError
 
 SIGMA_TOLERANCE = 0.01  # achieved σ within 1 percentage point of the target
 
@@ -84,8 +84,8 @@ def check_dags(t: Trace) -> None:
     every request becomes issuable once its DAG's roots complete)."""
     dag, off, idx = t.arrays["dag"], t.arrays["pred_offsets"], t.arrays["pred_index"]
     if t.n_requests and (dag[0] != 0 or np.any(np.diff(dag) < 0) or np.any(np.diff(dag) > 1)):
-        bad = int(np.flatnonzero(np.diff(dag) < 0)[0] + 1) if np.any(np.diff(dag) < 0) else 0
-        raise TraceError("dag", "DAG ids must be 0.. in request order, contiguous", bad)
+        first = int(np.flatnonzero(np.diff(dag) < 0)[0] + 1) if np.any(np.diff(dag) < 0) else 0
+        raise TraceError("dag", "DAG ids must be 0.. in request order, contiguous", first)
     req_of = np.repeat(np.arange(t.n_requests), np.diff(off))
     bad = np.flatnonzero((idx < 0) | (idx >= t.n_requests))
     if bad.size:

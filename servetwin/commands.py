@@ -109,7 +109,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     return 0
 
 
-def _load(paths: list[str]) -> list[Any]:
+def _load(paths: list[Any]) -> list[Any]:
     from analysis.records import find_runs, read_run
     return [read_run(p) for p in find_runs(paths)]
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from scenarios.errors import SpecError
 from scenarios.spec import format_validation_error
 from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
 from simulator.profiles import GIB, HardwareProfile, ModelProfile
 
-PRESETS: dict[str, tuple[type, dict[str, Any]]] = {
+PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any]]] = {
     "vllm-0.6.3": (VllmV0Config, {}),
     "vllm-v1": (VllmV1Config, {}),
     "sglang-0.4.1": (SglangConfig, {}),
@@ -37,7 +37,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _build(cls: type, fields: dict[str, Any], where: str) -> Any:
+def _build(cls: type[BaseModel], fields: dict[str, Any], where: str) -> Any:
     try:
         return cls.model_validate(fields)
     except ValidationError as err:

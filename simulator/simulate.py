@@ -12,7 +12,7 @@ import simpy
 
 from analysis.records import RunRecord, default_exclusion
 from scenarios.trace import Trace
-from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
+from simulator.config import EngineConfig, VllmV0Config, VllmV1Config
 from simulator.cost_model import CostModel
 from simulator.engine import Replica
 from simulator.presets import resolve

@@ -48,7 +48,13 @@ class DagDriver:
         self.requests[i] = r
         self.submit(r)
         if self.timeout_s > 0:
-            self.env.timeout(self.timeout_s).callbacks.append(lambda _e, r=r: self.abort(r))
+            self.env.timeout(self.timeout_s).callbacks.append(self._aborter(r))
+
+    def _aborter(self, r: Request) -> Callable[[simpy.Event], None]:
+        return lambda _e: self.abort(r)
+
+    def _issuer(self, i: int) -> Callable[[simpy.Event], None]:
+        return lambda _e: self._issue(i)
 
     def finished(self, r: Request) -> None:
         """A request completed (or failed): release successors whose predecessors are all done."""
@@ -59,6 +65,6 @@ class DagDriver:
             if self.pending[s] == 0:
                 delay = float(a["delay_s"][s])
                 if delay > 0:
-                    self.env.timeout(delay).callbacks.append(lambda _e, s=s: self._issue(s))
+                    self.env.timeout(delay).callbacks.append(self._issuer(s))
                 else:
                     self._issue(s)

@@ -19,8 +19,8 @@ def config(preset: str, **over):  # type: ignore[no-untyped-def]
 
 def request(i: int, n: int, max_tokens: int = 4, shared: int = 0, dag: int = 0) -> Request:
     """Prompt of n tokens; the first ``shared`` tokens are common to every request built with shared>0."""
-    toks = np.concatenate([np.arange(shared, dtype=np.int32),
-                           np.full(n - shared, 1_000_000 + i, dtype=np.int32) + np.arange(n - shared, dtype=np.int32) * 7])
+    own = np.full(n - shared, 1_000_000 + i, dtype=np.int32) + np.arange(n - shared, dtype=np.int32) * 7
+    toks = np.concatenate([np.arange(shared, dtype=np.int32), own])
     return Request(i, dag, "worker", toks.astype(np.int32), max_tokens, 0.0, 0.0, i)
 
 
@@ -40,7 +40,8 @@ def single_request_trace(arrivals: np.ndarray, prompt_len: int, max_tokens: int,
     pool = rng.integers(0, 100_000, size=n * prompt_len, dtype=np.int32)
     segs = np.asarray([(SRC_POOL, i * prompt_len, prompt_len) for i in range(n)], dtype=np.int64).reshape(-1, 3)
     arrays = {"dag": np.arange(n, dtype=np.int32), "role": np.full(n, 3, np.int8),
-              "arrival_s": arrivals.astype(np.float64), "delay_s": np.zeros(n), "pred_offsets": np.zeros(n + 1, np.int64),
+              "arrival_s": arrivals.astype(np.float64), "delay_s": np.zeros(n),
+              "pred_offsets": np.zeros(n + 1, np.int64),
               "pred_index": np.zeros(0, np.int32), "max_tokens": np.full(n, max_tokens, np.int32),
               "seg_offsets": np.arange(n + 1, dtype=np.int64), "segments": segs,
               "prefix": np.zeros(0, np.int32), "pool": pool}

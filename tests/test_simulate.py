@@ -33,7 +33,10 @@ def test_invariants_every_step(seed, rate, sharing, engine, kv):
     name, over = ENGINES[engine]
     over = dict(over)
     if kv:
-        over["max_total_tokens" if name.startswith("sglang") else "num_gpu_blocks"] = kv if name.startswith("sglang") else kv // 16
+        if name.startswith("sglang"):
+            over["max_total_tokens"] = kv
+        else:
+            over["num_gpu_blocks"] = kv // 16
     rec = simulate(compile_trace(sc), name, overrides=over, check_every=1)
     r = rec.requests
     ok = r[r["ok"]]

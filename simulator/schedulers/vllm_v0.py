@@ -42,9 +42,10 @@ class VllmV0Scheduler(SchedulerBase):
 
     def _ordered_waiting(self) -> None:
         if self.cfg.scheduling_policy != "fcfs" and len(self.waiting) > 1:
-            bs = self.cache.block_size
-            match = (lambda r: self.cache.lookup_hit_blocks(r, r.fill_len) * bs)
-            self.waiting = type(self.waiting)(self.order(list(self.waiting), match))
+            self.waiting = deque(self.order(list(self.waiting), self._hit_tokens))
+
+    def _hit_tokens(self, r: Request) -> int:
+        return self.cache.lookup_hit_blocks(r, r.fill_len) * self.cache.block_size
 
     def _prefill_item(self, r: Request, n: int, step_id: int, shape: BatchShape) -> tuple[Request, int]:
         """Compute actually done for a chunk of n tokens starting at r.num_computed (hits skipped)."""

@@ -94,9 +94,10 @@ class VllmV1Scheduler(SchedulerBase):
         if self.cfg.scheduling_policy != "fcfs" and len(self.waiting) > 1:
             bs = self.cache.block_size
             self.waiting = deque(self.order(list(self.waiting), lambda r: self._hit_blocks(r) * bs))
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+        max_seqs, max_len = self.cfg.max_num_seqs or 0, self.cfg.max_model_len or 0
+        while self.waiting and budget > 0 and len(self.running) < max_seqs:
             r = self.waiting[0]
-            if r.fill_len > self.cfg.max_model_len:
+            if r.fill_len > max_len:
                 self.waiting.popleft()
                 self.reject(r, f"prompt of {r.fill_len} tokens exceeds max_model_len {self.cfg.max_model_len}")
                 continue
