@@ -48,6 +48,7 @@ class SeqBlocks:
 
     hashes: list[int]
     n_private: int
+    last_access: float = 0.0   # when the sequence was last scheduled; written to its blocks at free
 
     @property
     def num_blocks(self) -> int:
@@ -134,7 +135,7 @@ class BlockCache:
         """Allocate the blocks covering the first n_tokens of req (sharing cached full blocks)."""
         n_full = n_tokens // self.block_size
         n_total = self.blocks_for(n_tokens)
-        table = SeqBlocks([], 0)
+        table = SeqBlocks([], 0, now)
         if self.prefix_caching and n_full:
             for depth, h in enumerate(req.block_hashes(n_full, self.block_size).tolist(), start=1):
                 self.query_blocks += 1
@@ -209,10 +210,11 @@ class BlockCache:
         table: SeqBlocks | None = req.engine
         if table is None:
             return
+        when = max(table.last_access, 0.0)
         for h in reversed(table.hashes):
             blk = self.cached[h]
             blk.refcount -= 1
-            blk.last_access = now
+            blk.last_access = max(blk.last_access, when)
             if blk.refcount == 0:
                 self._push_evictable(h, blk)
         self.private_used -= table.n_private
@@ -220,10 +222,11 @@ class BlockCache:
         req.engine = None
 
     def touch(self, req: Request, now: float) -> None:
+        """``access_all_blocks_in_seq``: remember when the sequence was scheduled (O(1); the time
+        reaches its blocks when they are freed, the only moment the evictor can see them)."""
         table: SeqBlocks | None = req.engine
         if table is not None:
-            for h in table.hashes:
-                self.cached[h].last_access = now
+            table.last_access = now
 
     # --- contract --------------------------------------------------------------------------------
     def check_integrity(self, live: list[Request] | None = None) -> None:
@@ -255,7 +258,7 @@ def blocks_needed(n_tokens: int, block_size: int) -> int:
 
 def share_hits(cache: BlockCache, req: Request, n_blocks: int, now: float) -> SeqBlocks:
     """V1 admission: start req's table with its first n_blocks cached blocks (refcounts taken)."""
-    table = SeqBlocks([], 0)
+    table = SeqBlocks([], 0, now)
     if n_blocks:
         for h in req.block_hashes(n_blocks, cache.block_size).tolist():
             cache._ref(h, now)

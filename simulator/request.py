@@ -100,6 +100,11 @@ class Request:
         if self.token_times is not None:
             self.token_times.append(now)
 
+    def release_tokens(self) -> None:
+        """Drop the token arrays once the request is done (only its scalars go into the record)."""
+        self.prompt = np.zeros(0, dtype=np.int32)
+        self._hashes = None
+
     def reset_for_recompute(self) -> None:
         """Preempted by recompute / retracted: KV gone, outputs kept, prefill starts again."""
         self.num_computed = 0

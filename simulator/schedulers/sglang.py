@@ -105,6 +105,7 @@ class SglangScheduler(SchedulerBase):
         if st is None:
             return
         self._cache_req(r, st.kv_len, now, finished=True)
+        r.release_tokens()
 
     # --- ordering --------------------------------------------------------------------------------
     def _ordered(self, now: float) -> list[Request]:

@@ -140,6 +140,7 @@ class VllmV1Scheduler(SchedulerBase):
                 self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
         for r in done:
             self.cache.free(r, now)
+            r.release_tokens()
         if done:
             fin = {id(r) for r in done}
             self.running = [r for r in self.running if id(r) not in fin]

@@ -1,0 +1,16 @@
+"""Run every benchmark, each in its own process (so peak-memory figures are per benchmark)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+for script, args in (("bench_compile.py", []), ("bench_simulate.py", ["speed"]), ("bench_simulate.py", ["memory"]),
+                     ("bench_grid.py", ["2"])):
+    print(f"# {script} {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, str(HERE / script), *args], check=True, cwd=ROOT,
+                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
