@@ -125,9 +125,12 @@ def test_sglang_prefill_has_priority_over_decode():
     s.add(a, 0)
     s.complete(s.schedule(0, 0), 1, 0)
     s.complete(s.schedule(1, 1), 2, 1)
-    s.add(b, 2)
+    s.add(b, 1.5)                              # arrives while the batch scheduled at t=1 runs
     st = s.schedule(2, 2)
-    assert st.kind == "prefill" and [r for r, _ in st.items] == [b]   # the decode batch waits
+    assert st.kind == "decode" and b not in s.waiting   # overlap: not seen until the next batch
+    s.complete(st, 3, 2)
+    st = s.schedule(3, 3)
+    assert st.kind == "prefill" and [r for r, _ in st.items] == [b]   # prefill first: the decode batch waits
 
 
 def test_sglang_retracts_fewest_outputs_to_the_tail():

@@ -84,3 +84,18 @@ def test_tables_and_refusal_to_pool(tmp_path: Path):
     bad.meta["engine_config"] = {**bad.meta["engine_config"], "max_num_seqs": 7}
     with pytest.raises(RecordError, match="refusing to pool"):
         all_tables(runs)
+
+
+def test_ray_executor_matches_local(tmp_path: Path):
+    ray = pytest.importorskip("ray")
+    cs = cells(load_grid(grid_file(tmp_path)))[:4]
+    run_cells(cs, tmp_path / "local", jobs=1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        run_cells(cs, tmp_path / "ray", executor="ray")
+    finally:
+        ray.shutdown()
+    for c in cs:
+        a, b = read_run(tmp_path / "local" / c.key), read_run(tmp_path / "ray" / c.key)
+        pd.testing.assert_frame_equal(a.requests, b.requests)
+        assert a.meta["telemetry_summary"] == b.meta["telemetry_summary"]

@@ -6,8 +6,10 @@ prefix de-duplication) admitted while the ``new_token_ratio`` reservation, ``max
 the chunk budget allow (only one request cut at a time); if one forms it runs alone. Otherwise every
 running request decodes; when the pool (after radix eviction) cannot hold one slot per request, the
 requests with the fewest outputs (ties: longest prompt) are retracted to the tail of ``waiting``.
-With the overlap scheduler a finished request is released one step late and, if that step is a decode,
-takes one more slot in it.
+With the overlap scheduler (``event_loop_overlap``) the CPU schedules batch N+1 while the GPU runs batch
+N, so a request that arrives while a batch runs is first seen when batch N+2 is scheduled (unless the
+engine is idle), and a finished request is released one step late and, if that step is a decode, takes
+one more slot in it.
 """
 
 from __future__ import annotations
@@ -51,10 +53,26 @@ class SglangScheduler(SchedulerBase):
         self.ratio = self.init_ratio
         self.overlap = not cfg.disable_overlap_schedule
         self.lame_ducks: list[Request] = []     # finished last step, released after this one
+        self.inbox: list[tuple[float, Request]] = []   # received but not yet seen by the scheduler
+        self._last_step_at: float | None = None        # when the batch now finishing was scheduled
         chunk = cfg.chunked_prefill_size
         self.chunk = None if chunk is None or chunk <= 0 else chunk
         self.order = get_ordering(cfg.schedule_policy)
         self.max_req_len = min(cfg.context_length - 1, self.total - 1)
+
+    def add(self, req: Request, now: float) -> None:
+        self.inbox.append((now, req))
+
+    def _receive(self, everything: bool) -> None:
+        """``recv_requests``: in overlap mode, only what arrived before the running batch was launched."""
+        cutoff = self._last_step_at
+        if everything or not self.overlap or cutoff is None:
+            self.waiting.extend(r for _, r in self.inbox)
+            self.inbox = []
+            return
+        seen = [r for t, r in self.inbox if t <= cutoff]
+        self.inbox = [(t, r) for t, r in self.inbox if t > cutoff]
+        self.waiting.extend(seen)
 
     # --- memory ----------------------------------------------------------------------------------
     def kv_usage(self) -> float:
@@ -253,6 +271,15 @@ class SglangScheduler(SchedulerBase):
 
     # --- the iteration ---------------------------------------------------------------------------
     def schedule(self, now: float, step_id: int) -> Step | None:
+        self._receive(everything=False)
+        step = self._schedule(now)
+        if step is None and self.inbox:             # idle: the loop receives at once
+            self._receive(everything=True)
+            step = self._schedule(now)
+        self._last_step_at = now if step is not None else None
+        return step
+
+    def _schedule(self, now: float) -> Step | None:
         shape = BatchShape()
         if not self.running and self.being_chunked is None:
             self.batch_is_full = False
@@ -298,6 +325,9 @@ class SglangScheduler(SchedulerBase):
     def abort(self, r: Request, now: float) -> None:
         """The client gave up (request timeout): drop r and free its private slots (its cached prefix
         stays in the tree, unlocked)."""
+        if any(x is r for _, x in self.inbox):
+            self.inbox = [(t, x) for t, x in self.inbox if x is not r]
+            return
         if r in self.waiting:
             self.waiting.remove(r)
             return
@@ -316,7 +346,7 @@ class SglangScheduler(SchedulerBase):
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.being_chunked or self.lame_ducks)
+        return bool(self.waiting or self.running or self.being_chunked or self.lame_ducks or self.inbox)
 
     def check_integrity(self) -> None:
         self.tree.check_integrity()

@@ -1,0 +1,78 @@
+"""The fitted-model path: the cost model's coefficients by bounded least squares from measured step
+times. A fitted profile is just another hardware profile file (coefficients marked ``fitted``, with
+fit quality and provenance)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from simulator.cost_model import BatchShape, CostModel
+from simulator.profiles import HardwareProfile, ModelProfile, Overheads
+
+PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "step_graph_s", "step_eager_s", "per_seq_s")
+BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.5, 4.0),
+          "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01)}
+
+
+def with_params(hw: HardwareProfile, family: str, theta: dict[str, float]) -> HardwareProfile:
+    base = hw.overhead(family)
+    ovh = Overheads(step_graph_s=theta.get("step_graph_s", base.step_graph_s),
+                    step_eager_s=theta.get("step_eager_s", base.step_eager_s),
+                    per_seq_s=theta.get("per_seq_s", base.per_seq_s))
+    return dataclasses.replace(hw, overheads={**hw.overheads, family: ovh},
+                               eta_compute=theta.get("eta_compute", hw.eta_compute),
+                               eta_bandwidth=theta.get("eta_bandwidth", hw.eta_bandwidth),
+                               kappa_kv=theta.get("kappa_kv", hw.kappa_kv))
+
+
+@dataclasses.dataclass
+class FitResult:
+    params: dict[str, float]
+    r2: float
+    mape: float
+    residuals: list[float]
+
+
+def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Sequence[BatchShape],
+              measured_s: Sequence[float], free: Sequence[str] = PARAMS, graph_max_bs: int = 256) -> FitResult:
+    """Fit the ``free`` coefficients to measured step times (relative least squares, bounded)."""
+    y = np.asarray(measured_s, dtype=float)
+    free = list(free)
+    start = {"eta_compute": hw.eta_compute, "eta_bandwidth": hw.eta_bandwidth, "kappa_kv": hw.kappa_kv,
+             **dataclasses.asdict(hw.overhead(family))}
+    x0 = np.array([min(max(start[p], BOUNDS[p][0]), BOUNDS[p][1]) for p in free])
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        cm = CostModel(with_params(hw, family, dict(zip(free, x, strict=True))), model, family, 1, graph_max_bs)
+        return np.array([cm.step_time(b) for b in batches])
+
+    res = least_squares(lambda x: (predict(x) - y) / y, x0, bounds=([BOUNDS[p][0] for p in free],
+                                                                   [BOUNDS[p][1] for p in free]))
+    pred = predict(res.x)
+    ss_res = float(((pred - y) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
+    return FitResult(dict(zip(free, map(float, res.x), strict=True)), 1 - ss_res / ss_tot,
+                     float(np.mean(np.abs(pred - y) / y)), list(map(float, (pred - y) / y)))
+
+
+def write_profile(src: str | Path, out: str | Path, family: str, params: dict[str, float], source: str,
+                  quality: dict[str, Any]) -> Path:
+    """Copy a hardware profile, replacing the fitted numbers (basis: fitted) and recording the fit."""
+    data = yaml.safe_load(Path(src).read_text())
+    cost = data["cost"]
+    for k, v in params.items():
+        node = {"value": round(float(v), 6), "basis": "fitted", "source": source}
+        if k in ("eta_compute", "eta_bandwidth", "kappa_kv"):
+            cost[k] = node
+        else:
+            cost["overheads"][family][k] = node
+    data["fit"] = quality
+    Path(out).write_text(yaml.safe_dump(data, sort_keys=False, width=120))
+    return Path(out)

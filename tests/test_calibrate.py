@@ -1,0 +1,48 @@
+"""The fitted-model path recovers known coefficients from step times synthesised with noise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.fit import fit_steps, with_params, write_profile
+from simulator.cost_model import BatchShape, CostModel
+from simulator.profiles import load_hardware, load_model
+
+HW = load_hardware("l4-base")
+M = load_model("llama-3.1-8b")
+TRUE = {"eta_compute": 0.31, "eta_bandwidth": 0.66, "step_graph_s": 0.004, "step_eager_s": 0.009}
+
+
+def batches(rng: np.random.Generator) -> list[BatchShape]:
+    out = []
+    for _ in range(120):
+        b = BatchShape()
+        kind = rng.integers(3)
+        if kind != 1:
+            for _ in range(rng.integers(1, 3)):
+                b.add_prefill(int(rng.integers(16, 4096)), int(rng.integers(0, 4096)), True)
+        if kind != 0:
+            for _ in range(rng.integers(1, 40)):
+                b.add_decode(int(rng.integers(100, 6000)))
+        out.append(b)
+    return out
+
+
+def test_fit_recovers_known_coefficients():
+    rng = np.random.default_rng(0)
+    bs = batches(rng)
+    truth = CostModel(with_params(HW, "vllm-v0", TRUE), M, "vllm-v0")
+    y = np.array([truth.step_time(b) for b in bs]) * rng.normal(1.0, 0.02, size=len(bs))
+    res = fit_steps(HW, M, "vllm-v0", bs, y, free=list(TRUE))
+    for k, v in TRUE.items():
+        assert res.params[k] == pytest.approx(v, rel=0.15), k
+    assert res.r2 > 0.99 and res.mape < 0.03
+
+
+def test_fitted_profile_is_a_profile(tmp_path: Path):
+    out = write_profile(HW.path, tmp_path / "fitted.yaml", "vllm-v0", TRUE, "test fit", {"r2": 0.99})
+    hw = load_hardware(str(out))
+    assert hw.eta_compute == pytest.approx(0.31) and hw.overhead("vllm-v0").step_eager_s == pytest.approx(0.009)
