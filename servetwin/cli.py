@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="scale durations down for a fast look")
     p.set_defaults(fn=c.cmd_sweep)
 
+    p = sub.add_parser("capacity", help="largest offered load a configuration keeps pace with (bisection)")
+    p.add_argument("--scenario", required=True)
+    _add_engine_args(p)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--lo", type=float, default=0.02, help="lowest DAG rate to try")
+    p.add_argument("--hi", type=float, default=1.0, help="highest DAG rate to try first")
+    p.set_defaults(fn=c.cmd_capacity)
+
     p = sub.add_parser("analyze", help="the study's tables from runs")
     p.add_argument("runs", nargs="+")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")

@@ -109,6 +109,17 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_capacity(a: argparse.Namespace) -> int:
+    from simulator.capacity import capacity_search
+    from simulator.presets import parse_overrides
+    sc = _scenario(a.scenario, None)
+    cap = capacity_search(sc, a.engine, a.hardware, a.model, parse_overrides(a.set), a.lo, a.hi, tuple(a.seeds),
+                          context=a.context)
+    print(f"{a.engine}: keeps pace at {cap.keeps_rate:.4f} DAG/s ({cap.keeps_load:.3f} requests/s), falls "
+          f"behind at {cap.fails_rate:.4f} DAG/s ({cap.fails_load:.3f} requests/s); seeds {a.seeds}")
+    return 0
+
+
 def _load(paths: list[Any]) -> list[Any]:
     from analysis.records import find_runs, read_run
     return [read_run(p) for p in find_runs(paths)]

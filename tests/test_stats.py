@@ -67,6 +67,8 @@ def test_fluid_model_on_a_synthetic_backlog():
     wait = (lam * t) / mu - t                # its position in the backlog divided by service rate
     assert fluid_wait(shortfall(mu, lam), T) == pytest.approx(wait)
     assert predicted_ttft(0.5, mu, lam, T) == pytest.approx(0.5 + wait)
-    assert closed_loop_wait(shortfall(mu, lam), T, 1 / 6) == pytest.approx(wait / 6)
+    # with one level (no dependants) the closed-loop model reduces to the open one
+    assert closed_loop_wait(mu, lam, [1], T) == pytest.approx(fluid_wait(shortfall(mu, lam), T), rel=1e-6)
+    assert closed_loop_wait(2.5, lam, [1], T) == 0.0          # keeps pace: no backlog
     assert predicted_gap(shortfall(mu, lam), 2 * T, 0.5) > predicted_gap(shortfall(mu, lam), T, 0.5)
     assert fluid_wait(1.0, T) == math.inf
