@@ -198,6 +198,14 @@ def cmd_cost(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_figures(a: argparse.Namespace) -> int:
+    from paper_figures.figures import headline_figures
+    made = headline_figures(_load(a.runs), Path(a.out))
+    missing = (Path(a.out) / "MISSING.txt").read_text().strip()
+    print(f"wrote {len(made)} figures to {a.out}" + (f"; not drawn:\n{missing}" if missing else ""))
+    return 0
+
+
 def cmd_paper(a: argparse.Namespace) -> int:
     from paper_figures.paper import run_paper
     return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)

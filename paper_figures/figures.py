@@ -1,0 +1,136 @@
+"""The reference study's headline figures from any RunRecords (simulated, live, or both: simulated
+runs are drawn filled, live runs hollow). A figure whose inputs are missing says which runs it needs."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import measured
+from analysis.records import RunRecord
+from analysis.tables import all_tables
+from paper_figures.style import MARKERS, color, new, save
+
+
+class MissingRuns(Exception):
+    """A figure cannot be drawn from the runs given; the message says which runs it needs."""
+
+
+def _rate(cond: str) -> float | None:
+    m = re.search(r"rate[-=]?([0-9.]+)", cond)
+    return float(m.group(1)) if m else None
+
+
+def decomposition(tables: dict[str, pd.DataFrame], out: Path) -> Path:
+    g = tables["gaps"]
+    if not g.empty:
+        g = g[g["metric"].isin(["ttft_p50", "ttft_p95"])]
+    if g.empty or not {"defaults", "matched"} <= set(g["arm"]):
+        raise MissingRuns("decomposition needs paired runs of two configurations in both arms 'defaults' and "
+                          "'matched' (e.g. scenarios/grids/headline.yaml)")
+    fig, axes = new(7.0, 3.4)
+    ax = axes[0][0]
+    labels = []
+    for k, ((cond, metric), grp) in enumerate(g.groupby(["condition", "metric"], sort=True)):
+        for j, arm in enumerate(("defaults", "matched")):
+            row = grp[grp["arm"] == arm]
+            if row.empty:
+                continue
+            r = row.iloc[0]
+            x = k + (j - 0.5) * 0.3
+            lo, hi = r["ci_lo"], r["ci_hi"]
+            err = None if math.isnan(lo) else [[r["gap"] - lo], [hi - r["gap"]]]
+            ax.errorbar(x, r["gap"], yerr=err, fmt=MARKERS[arm], color="#1f6fb4" if arm == "defaults" else "#888",
+                        capsize=3, label=arm if k == 0 else None)
+        labels.append(f"{cond}\n{metric.replace('_', ' ')}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel("gap vLLM / SGLang (log)")
+    ax.set_title("Engine gap under vendor defaults and with chunked prefill matched (95% CI)")
+    ax.legend()
+    return save(fig, out / "decomposition.png")
+
+
+def ttft_vs_rate(rt: pd.DataFrame, out: Path) -> Path:
+    rt = rt.assign(rate=rt["condition"].map(_rate)).dropna(subset=["rate"])
+    if rt["rate"].nunique() < 2:
+        raise MissingRuns("TTFT against rate needs runs of at least two 'rate-…' conditions")
+    fig, axes = new(8.0, 3.4, ncols=2)
+    for ax, metric in zip(axes[0], ("ttft_p50", "ttft_p95"), strict=True):
+        for (arm, cfg, src), g in rt.groupby(["arm", "config", "source"], sort=True):
+            agg = g.groupby("rate")[metric].apply(lambda s: np.exp(np.log(s).mean())).sort_index()
+            fill = color(cfg) if src == "sim" else "none"
+            ax.plot(agg.index, agg.values, marker=MARKERS.get(arm, "o"), color=color(cfg), mfc=fill,
+                    label=f"{cfg} ({arm}, {src})")
+        ax.set_yscale("log")
+        ax.set_xlabel("arrival rate λ (DAG/s)")
+        ax.set_ylabel(f"{metric.replace('_', ' ')} (s, log)")
+    axes[0][0].legend(fontsize=7)
+    return save(fig, out / "ttft_vs_rate.png")
+
+
+def throughput(rt: pd.DataFrame, out: Path) -> Path:
+    if rt.empty:
+        raise MissingRuns("throughput needs at least one run")
+    fig, axes = new(4.2, 3.8)
+    ax = axes[0][0]
+    for (arm, cfg, src), g in rt.groupby(["arm", "config", "source"], sort=True):
+        fill = color(cfg) if src == "sim" else "none"
+        ax.scatter(g["realised_load"], g["throughput"], marker=MARKERS.get(arm, "o"), color=color(cfg),
+                   facecolors=fill, label=f"{cfg} ({arm}, {src})", s=22)
+    top = float(max(rt["realised_load"].max(), rt["throughput"].max())) * 1.05
+    ax.plot([0, top], [0, top], "k-", lw=0.8, label="identity")
+    ax.plot([0, top], [0, 0.97 * top], "k:", lw=0.8, label="keeps pace (0.97)")
+    ax.set_xlabel("offered load (requests/s, realised)")
+    ax.set_ylabel("achieved throughput X (requests/s)")
+    ax.legend(fontsize=7)
+    return save(fig, out / "throughput.png")
+
+
+def ttft_cdf(runs: list[RunRecord], out: Path) -> Path:
+    """Per-request TTFT CDFs pooled over seeds, one panel per condition, p95 marked."""
+    pooled: dict[str, dict[str, list[np.ndarray]]] = {}
+    for rec in runs:
+        lab = rec.meta.get("labels", {})
+        cond = str(lab.get("condition", rec.meta["scenario"].get("name")))
+        key = f"{lab.get('config', rec.meta['engine'])} {lab.get('arm', '')} ({rec.meta.get('source', 'sim')})"
+        m = measured(rec)
+        pooled.setdefault(cond, {}).setdefault(key, []).append(m.loc[m["ok"], "ttft_s"].to_numpy())
+    if not pooled:
+        raise MissingRuns("TTFT CDFs need at least one run")
+    conds = sorted(pooled)
+    fig, axes = new(4.2 * len(conds), 3.6, ncols=len(conds))
+    for ax, cond in zip(axes[0], conds, strict=True):
+        for key in sorted(pooled[cond]):
+            v = np.sort(np.concatenate(pooled[cond][key]))
+            if not v.size:
+                continue
+            y = np.arange(1, v.size + 1) / v.size
+            ax.plot(v, y, "--" if "matched" in key else "-", color=color(key), lw=1, label=key)
+            ax.plot([np.quantile(v, 0.95)], [0.95], "|", color=color(key), ms=10)
+        ax.set_xscale("log")
+        ax.set_title(cond)
+        ax.set_xlabel("TTFT (s, log); ticks mark p95")
+    axes[0][0].set_ylabel("fraction of requests")
+    axes[0][0].legend(fontsize=7)
+    return save(fig, out / "ttft_cdf.png")
+
+
+def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
+    """Every figure the given runs allow; the others are listed in out/MISSING.txt with what they need."""
+    tables = all_tables(runs)
+    made, missing = [], []
+    for fn, arg in ((decomposition, tables), (ttft_vs_rate, tables["runs"]), (throughput, tables["runs"]),
+                    (ttft_cdf, runs)):
+        try:
+            made.append(fn(arg, out))  # type: ignore[operator]
+        except MissingRuns as err:
+            missing.append(f"{fn.__name__}: {err}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "MISSING.txt").write_text("\n".join(missing) + ("\n" if missing else ""))
+    return made
