@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -125,12 +126,15 @@ def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
     """Every figure the given runs allow; the others are listed in out/MISSING.txt with what they need."""
     tables = all_tables(runs)
     made, missing = [], []
-    for fn, arg in ((decomposition, tables), (ttft_vs_rate, tables["runs"]), (throughput, tables["runs"]),
-                    (ttft_cdf, runs)):
+    makers: list[tuple[str, Callable[[], Path]]] = [
+        ("decomposition", lambda: decomposition(tables, out)),
+        ("ttft_vs_rate", lambda: ttft_vs_rate(tables["runs"], out)),
+        ("throughput", lambda: throughput(tables["runs"], out)), ("ttft_cdf", lambda: ttft_cdf(runs, out))]
+    for name, make in makers:
         try:
-            made.append(fn(arg, out))  # type: ignore[operator]
+            made.append(make())
         except MissingRuns as err:
-            missing.append(f"{fn.__name__}: {err}")
+            missing.append(f"{name}: {err}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "MISSING.txt").write_text("\n".join(missing) + ("\n" if missing else ""))
     return made

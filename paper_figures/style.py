@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -11,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"vllm": "#1f6fb4", "sglang": "#d1495b", "other": "#3c8d2f"}
 MARKERS = {"defaults": "o", "matched": "s"}
-RC = {"figure.dpi": 110, "savefig.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+RC: dict[str, Any] = {"figure.dpi": 110, "savefig.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
       "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False,
       "svg.hashsalt": "servetwin", "path.simplify": False}
 
@@ -24,7 +25,7 @@ def color(config: str) -> str:
 
 
 def new(width: float = 6.0, height: float = 3.6, ncols: int = 1):  # type: ignore[no-untyped-def]
-    plt.rcParams.update(RC)
+    plt.rcParams.update(RC)  # type: ignore[arg-type]
     return plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
 
 
