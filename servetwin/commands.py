@@ -198,6 +198,38 @@ def cmd_cost(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_live_run(a: argparse.Namespace) -> int:
+    from live.dispatcher import DispatchConfig
+    from live.run import LiveOptions, run_live, summary_line
+    from simulator.presets import parse_overrides
+    trace = _trace_for(a)
+    model = a.model or _first_model(a.endpoint)
+    cfg = DispatchConfig(endpoint=a.endpoint, model=model, timeout_s=a.timeout, stall_s=a.timeout,
+                         warmup=a.warmup, api_key_env=a.api_key_env)
+    if a.chat:
+        from live.text_prompts import TextPrompts
+        cfg.api, cfg.text_prompts = "chat", TextPrompts(trace, a.chat)
+    opts = LiveOptions(engine_label=a.engine_label, metrics_interval_s=a.metrics_interval,
+                       prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect))
+    rec = run_live(trace, cfg, opts, a.out)
+    for w in rec.meta["config_warnings"]:
+        print(f"servetwin: warning: resolved configuration differs: {w}", file=sys.stderr)
+    print(f"wrote {a.out}: {summary_line(rec)}")
+    if rec.meta["status"] == "interrupted":
+        return 130
+    return 0 if rec.meta["passed"] else 1
+
+
+def _first_model(endpoint: str) -> str:
+    import httpx
+    try:
+        data = httpx.get(endpoint.rstrip("/") + "/v1/models", timeout=10.0).json()
+        return str(data["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as err:
+        raise ServetwinError(f"could not read the served model from {endpoint}/v1/models ({type(err).__name__}); "
+                             "pass --model") from None
+
+
 def cmd_figures(a: argparse.Namespace) -> int:
     from paper_figures.figures import headline_figures
     made = headline_figures(_load(a.runs), Path(a.out))

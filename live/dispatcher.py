@@ -1,0 +1,193 @@
+"""Replay a Trace against an OpenAI-compatible endpoint on an absolute schedule.
+
+Roots are sent at their planned time from the run's start (no drift: each wait targets an absolute
+``perf_counter`` deadline); a dependant is sent when its last predecessor completes plus its tool
+delay. Each request is a streaming completion; every chunk's arrival time is recorded. Errors are
+recorded per request by kind and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+from live.records import JsonlSink, LiveRequest
+from live.sse import MalformedStream, chunk_tokens, events
+from scenarios.trace import Trace
+
+ERROR_KINDS = ("connect", "http_4xx", "http_5xx", "reset", "malformed", "stall", "timeout", "too_many_tokens",
+               "short", "cancelled")
+
+
+@dataclass
+class DispatchConfig:
+    endpoint: str
+    model: str
+    api: str = "completions"              # or "chat" (text prompts with exact token counts)
+    timeout_s: float = 300.0              # whole request
+    stall_s: float = 300.0                # no chunk for this long → stall
+    warmup: int = 20
+    api_key_env: str | None = "OPENAI_API_KEY"
+    return_token_ids: bool = True
+    ignore_eos: bool = True
+    max_connections: int = 1024
+    text_prompts: Callable[[int], str] | None = None   # chat: request index → prompt text
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _body(cfg: DispatchConfig, prompt: list[int] | str, max_tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": cfg.model, "max_tokens": max_tokens, "stream": True, "temperature": 0.0,
+                            "stream_options": {"include_usage": True}, **cfg.extra}
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if cfg.return_token_ids:
+        body["return_token_ids"] = True
+    if cfg.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+async def stream_one(client: httpx.AsyncClient, cfg: DispatchConfig, rec: LiveRequest, prompt: list[int] | str,
+                     t0: float) -> LiveRequest:
+    """Send one request and fill rec; never raises for server or network faults."""
+    path = "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
+    rec.send_s = time.perf_counter() - t0
+    usage_tokens: int | None = None
+    try:
+        async with asyncio.timeout(cfg.timeout_s):
+            async with client.stream("POST", cfg.endpoint.rstrip("/") + path,
+                                     json=_body(cfg, prompt, rec.max_tokens), headers=cfg.headers()) as resp:
+                if resp.status_code >= 400:
+                    body = (await resp.aread()).decode("utf-8", "replace")
+                    rec.error = "http_4xx" if resp.status_code < 500 else "http_5xx"
+                    rec.detail = f"HTTP {resp.status_code}: {body[:500]}"
+                    return rec
+                it = events(resp.aiter_lines()).__aiter__()
+                while True:
+                    try:
+                        obj = await asyncio.wait_for(it.__anext__(), cfg.stall_s)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        rec.error, rec.detail = "stall", f"no chunk for {cfg.stall_s} s"
+                        return rec
+                    now = time.perf_counter() - t0
+                    if obj is None:
+                        break
+                    usage = obj.get("usage")
+                    if usage:
+                        usage_tokens = int(usage.get("completion_tokens", 0))
+                        details = usage.get("prompt_tokens_details") or {}
+                        if details.get("cached_tokens") is not None:
+                            rec.cached_tokens = float(details["cached_tokens"])
+                    n = chunk_tokens(obj)
+                    if n:
+                        if not rec.chunk_times:
+                            rec.first_token_s = now
+                        rec.chunk_times.append(now)
+                        rec.chunk_tokens.append(n)
+                        rec.last_token_s = now
+    except TimeoutError:
+        rec.error, rec.detail = "timeout", f"request exceeded {cfg.timeout_s} s"
+    except httpx.ConnectError as err:
+        rec.error, rec.detail = "connect", str(err)[:200]
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
+        rec.error, rec.detail = "reset", f"{type(err).__name__}: {str(err)[:200]}"
+    except MalformedStream as err:
+        rec.error, rec.detail = "malformed", str(err)
+    except asyncio.CancelledError:
+        rec.error, rec.detail = "cancelled", "run interrupted"
+        raise
+    finally:
+        _finish(rec, usage_tokens)
+    return rec
+
+
+def _finish(rec: LiveRequest, usage_tokens: int | None) -> None:
+    counted = int(sum(rec.chunk_tokens))
+    rec.output_tokens = usage_tokens if usage_tokens is not None else counted
+    if rec.error:
+        return
+    if rec.output_tokens > rec.max_tokens:
+        rec.error, rec.detail = "too_many_tokens", f"{rec.output_tokens} tokens for max_tokens {rec.max_tokens}"
+    elif rec.output_tokens < rec.max_tokens or not rec.chunk_times:
+        rec.error, rec.detail = "short", f"{rec.output_tokens} of {rec.max_tokens} tokens (ignore_eos unsupported?)"
+    else:
+        rec.ok = True
+
+
+class Replay:
+    """One run: warm-up requests, then the trace on its schedule; records go to ``sink`` as they finish."""
+
+    def __init__(self, trace: Trace, cfg: DispatchConfig, sink: JsonlSink, client: httpx.AsyncClient):
+        self.trace, self.cfg, self.sink, self.client = trace, cfg, sink, client
+        a = trace.arrays
+        self.pending = np.diff(a["pred_offsets"]).astype(np.int64)
+        self.succ = trace.successors()
+        self.lens = trace.prompt_lengths()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.done = 0
+        self.t0 = 0.0
+
+    def _prompt(self, i: int) -> list[int] | str:
+        if self.cfg.api == "chat":
+            assert self.cfg.text_prompts is not None, "chat needs text prompts"
+            return self.cfg.text_prompts(i)
+        return [int(x) for x in self.trace.prompt(i)]
+
+    async def warmup(self) -> None:
+        """Requests whose results are discarded (distinct prompts, so they do not warm the prefix cache)."""
+        rng = np.random.default_rng(12345)
+        for k in range(self.cfg.warmup):
+            prompt = [int(x) for x in rng.integers(3, 1000, size=64)]
+            rec = LiveRequest(-1 - k, -1, "warmup", 0.0, 64, 8, warmup=True)
+            await stream_one(self.client, self.cfg, rec, prompt if self.cfg.api != "chat" else "warm up", 0.0)
+
+    async def _request(self, i: int, planned: float) -> None:
+        a = self.trace.arrays
+        rec = LiveRequest(i, int(a["dag"][i]), self.trace.role_name(i), planned, int(self.lens[i]),
+                          int(a["max_tokens"][i]))
+        try:
+            await stream_one(self.client, self.cfg, rec, self._prompt(i), self.t0)
+        finally:
+            self.sink.write(rec)
+            self.done += 1
+        finished = time.perf_counter() - self.t0
+        for s in self.succ[i]:
+            self.pending[s] -= 1
+            if self.pending[s] == 0:
+                self._spawn(s, finished + float(a["delay_s"][s]))
+
+    def _spawn(self, i: int, planned: float) -> None:
+        task = asyncio.create_task(self._at(i, planned))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _at(self, i: int, planned: float) -> None:
+        delay = self.t0 + planned - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self._request(i, planned)
+
+    async def run(self) -> None:
+        a = self.trace.arrays
+        roots = self.trace.roots()
+        planned = a["arrival_s"][roots] + a["delay_s"][roots]
+        self.t0 = time.perf_counter()
+        for i, p in sorted(zip(roots.tolist(), planned.tolist(), strict=True), key=lambda x: (x[1], x[0])):
+            self._spawn(i, float(p))
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)

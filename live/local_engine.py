@@ -1,0 +1,157 @@
+"""A real engine on this machine: vLLM's CPU build in its own virtual environment (``make engine``),
+serving a tiny random-weight Llama with a locally trained tokenizer.
+
+    python -m live.local_engine --port 8000 [--prefix-caching/--no-prefix-caching] [--chunked-prefill N]
+                                [--block-size 32] [--policy fcfs|priority] [--kv-gib 1]
+
+Starts the OpenAI server, waits for health, prints the URL and the log path, stops cleanly on Ctrl-C.
+The engine's Python is ``$SERVETWIN_ENGINE_PYTHON`` or ``.engine-venv/bin/python`` in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from scenarios.errors import ServetwinError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class EngineError(ServetwinError):
+    pass
+
+
+def engine_python() -> Path:
+    p = Path(os.environ.get("SERVETWIN_ENGINE_PYTHON", ROOT / ".engine-venv" / "bin" / "python"))
+    if not p.exists():
+        raise EngineError(f"no engine Python at {p}: run `make engine` (or set SERVETWIN_ENGINE_PYTHON)")
+    return p
+
+
+def tiny_model(out: Path, layers: int = 4, hidden: int = 256, vocab: int = 4096, context: int = 8192) -> Path:
+    """Generate (once) the tiny model and tokenizer with the engine's Python."""
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    subprocess.run([str(engine_python()), str(ROOT / "live" / "tiny_model.py"), str(out), "--layers", str(layers),
+                    "--hidden", str(hidden), "--vocab", str(vocab), "--context", str(context)],
+                   check=True, capture_output=True)
+    return out
+
+
+@dataclass
+class VllmCpu:
+    """Configuration of one local vLLM CPU server; a context manager that starts and stops it."""
+
+    model_dir: Path
+    port: int = 8000
+    prefix_caching: bool = True
+    chunked_prefill: int | None = None        # None: off; N: on with max_num_batched_tokens=N
+    block_size: int = 32
+    policy: str = "fcfs"
+    kv_gib: float = 1.0
+    max_model_len: int = 8192
+    log_path: Path = field(default_factory=lambda: Path("vllm-engine.log"))
+    extra: list[str] = field(default_factory=list)
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        a = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+             "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(self.max_model_len),
+             "--block-size", str(self.block_size), "--scheduling-policy", self.policy, "--dtype", "bfloat16",
+             "--served-model-name", "tiny-llama"]
+        a.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
+        if self.chunked_prefill:
+            a += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(self.chunked_prefill)]
+        else:
+            a += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.max_model_len)]
+        return a + self.extra
+
+    def expected(self) -> dict[str, object]:
+        """What this configuration means to test, in the resolved configuration's words."""
+        return {"enable_prefix_caching": self.prefix_caching, "enable_chunked_prefill": bool(self.chunked_prefill),
+                "block_size": self.block_size}
+
+    def start(self, timeout_s: float = 600.0) -> VllmCpu:
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - owned by the process
+        self._proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise EngineError(f"vLLM exited with code {self._proc.returncode} during start-up; log tail:\n{tail}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise EngineError(f"vLLM did not become healthy within {timeout_s:.0f} s (log: {self.log_path})")
+
+    def stop(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        os.killpg(self._proc.pid, signal.SIGINT)
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
+    def kill(self) -> None:
+        """Kill abruptly (to test a server dying mid-run)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
+    def __enter__(self) -> VllmCpu:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="start a local vLLM CPU server on a tiny random-weight Llama")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--model-dir", default=str(ROOT / ".engine-venv" / "tiny-llama"))
+    ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--chunked-prefill", type=int, default=None, help="token budget; omit for off")
+    ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--policy", default="fcfs", choices=["fcfs", "priority"])
+    ap.add_argument("--kv-gib", type=float, default=1.0)
+    ap.add_argument("--log", default="vllm-engine.log")
+    a = ap.parse_args(argv)
+    eng = VllmCpu(tiny_model(Path(a.model_dir)), a.port, a.prefix_caching, a.chunked_prefill, a.block_size,
+                  a.policy, a.kv_gib, log_path=Path(a.log))
+    eng.start()
+    print(f"vLLM CPU serving tiny-llama at {eng.url} (log: {eng.log_path}); Ctrl-C stops it", flush=True)
+    try:
+        while eng._proc is not None and eng._proc.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        eng.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
