@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean engine prometheus
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,8 +17,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/servetwin paper --quick --out servetwin-out
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 tests
+test: $(STAMP) engine prometheus
+	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,8 +32,12 @@ clean:
 
 # The real engine (vLLM CPU build) in its own virtual environment: it pins its own torch and numba.
 ENGINE_VENV ?= .engine-venv
-.PHONY: engine
+.PHONY: engine prometheus
 engine: $(ENGINE_VENV)/.installed
+
+# A real Prometheus server (Debian's package) for the live-telemetry integration tests.
+prometheus:
+	@command -v prometheus >/dev/null || { apt-get update -q && apt-get install -y -q prometheus; }
 
 $(ENGINE_VENV)/.installed:
 	$(PY) -m venv $(ENGINE_VENV)

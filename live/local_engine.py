@@ -57,7 +57,7 @@ class VllmCpu:
     chunked_prefill: int | None = None        # None: off; N: on with max_num_batched_tokens=N
     block_size: int = 32
     policy: str = "fcfs"
-    kv_gib: float = 1.0
+    kv_gib: int = 1
     max_model_len: int = 8192
     log_path: Path = field(default_factory=lambda: Path("vllm-engine.log"))
     extra: list[str] = field(default_factory=list)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunked-prefill", type=int, default=None, help="token budget; omit for off")
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--policy", default="fcfs", choices=["fcfs", "priority"])
-    ap.add_argument("--kv-gib", type=float, default=1.0)
+    ap.add_argument("--kv-gib", type=int, default=1)
     ap.add_argument("--log", default="vllm-engine.log")
     a = ap.parse_args(argv)
     eng = VllmCpu(tiny_model(Path(a.model_dir)), a.port, a.prefix_caching, a.chunked_prefill, a.block_size,

@@ -48,7 +48,8 @@ def stream(*parts: bytes, fail: Exception | None = None, sleep: float = 0.0):  #
 
 
 def test_good_stream():
-    rec = run_one(lambda r: httpx.Response(200, content=stream(chunk(), chunk(), chunk(), usage(3), b"data: [DONE]\n\n")))
+    parts = (chunk(), chunk(), chunk(), usage(3), b"data: [DONE]\n\n")
+    rec = run_one(lambda r: httpx.Response(200, content=stream(*parts)))
     assert rec.ok and rec.output_tokens == 3 and len(rec.chunk_times) == 3 and rec.first_token_s <= rec.last_token_s
 
 
