@@ -30,6 +30,13 @@ class EngineError(ServetwinError):
     pass
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def engine_python() -> Path:
     p = Path(os.environ.get("SERVETWIN_ENGINE_PYTHON", ROOT / ".engine-venv" / "bin" / "python"))
     if not p.exists():

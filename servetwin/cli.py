@@ -124,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat", default=None, metavar="TOKENIZER_DIR",
                    help="use /v1/chat/completions with text prompts of exact token counts (local tokenizer)")
     p.set_defaults(fn=c.cmd_live_run)
+    p = lsub.add_parser("campaign", help="run a campaign of live runs one at a time (resumable, with retries)")
+    p.add_argument("campaign")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=c.cmd_live_campaign)
 
     for name, text in (("calibrate", "probe and fit a real engine"), ("compare", "simulated vs measured side by "
                        "side"), ("report", "an HTML report from runs")):

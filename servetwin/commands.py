@@ -220,6 +220,16 @@ def cmd_live_run(a: argparse.Namespace) -> int:
     return 0 if rec.meta["passed"] else 1
 
 
+def cmd_live_campaign(a: argparse.Namespace) -> int:
+    from live.campaign import load_campaign, run_campaign
+    camp = load_campaign(a.campaign)
+    status = run_campaign(camp, a.out)            # scenario paths are relative to the working directory
+    failed = [k for k, v in status.items() if v == "failed"]
+    print(f"campaign {camp.name}: {sum(v == 'passed' for v in status.values())} passed, "
+          f"{sum(v == 'skipped' for v in status.values())} skipped (already done), {len(failed)} failed")
+    return 1 if failed else 0
+
+
 def _first_model(endpoint: str) -> str:
     import httpx
     try:

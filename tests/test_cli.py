@@ -89,5 +89,5 @@ def test_bad_override_names_accepted_keys(tmp_path: Path):
 
 
 def test_unavailable_feature_says_so():
-    r = cli("live", "run")
+    r = cli("report", "x")
     assert r.returncode != 0 and "not available" in r.stderr

@@ -10,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 for script, args in (("bench_compile.py", []), ("bench_simulate.py", ["speed"]), ("bench_simulate.py", ["memory"]),
+                     ("bench_dispatch.py", []),
                      ("bench_grid.py", ["2"])):
     print(f"# {script} {' '.join(args)}", flush=True)
     subprocess.run([sys.executable, str(HERE / script), *args], check=True, cwd=ROOT,
