@@ -75,31 +75,21 @@ async def stream_one(client: httpx.AsyncClient, cfg: DispatchConfig, rec: LiveRe
                     rec.error = "http_4xx" if resp.status_code < 500 else "http_5xx"
                     rec.detail = f"HTTP {resp.status_code}: {body[:500]}"
                     return rec
-                it = events(resp.aiter_lines()).__aiter__()
-                while True:
-                    try:
-                        obj = await asyncio.wait_for(it.__anext__(), cfg.stall_s)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        rec.error, rec.detail = "stall", f"no chunk for {cfg.stall_s} s"
-                        return rec
-                    now = time.perf_counter() - t0
-                    if obj is None:
-                        break
-                    usage = obj.get("usage")
-                    if usage:
-                        usage_tokens = int(usage.get("completion_tokens", 0))
-                        details = usage.get("prompt_tokens_details") or {}
-                        if details.get("cached_tokens") is not None:
-                            rec.cached_tokens = float(details["cached_tokens"])
-                    n = chunk_tokens(obj)
-                    if n:
-                        if not rec.chunk_times:
-                            rec.first_token_s = now
-                        rec.chunk_times.append(now)
-                        rec.chunk_tokens.append(n)
-                        rec.last_token_s = now
+                loop = asyncio.get_running_loop()
+                stalled = False
+                try:
+                    async with asyncio.timeout(cfg.stall_s) as watchdog:   # re-armed at every chunk
+                        async for obj in events(resp.aiter_lines()):
+                            watchdog.reschedule(loop.time() + cfg.stall_s)
+                            now = time.perf_counter() - t0
+                            if obj is None:
+                                break
+                            usage_tokens = _take(rec, obj, now, usage_tokens)
+                except TimeoutError:
+                    stalled = True
+                if stalled:
+                    rec.error, rec.detail = "stall", f"no chunk for {cfg.stall_s} s"
+                    return rec
     except TimeoutError:
         rec.error, rec.detail = "timeout", f"request exceeded {cfg.timeout_s} s"
     except httpx.ConnectError as err:
@@ -114,6 +104,24 @@ async def stream_one(client: httpx.AsyncClient, cfg: DispatchConfig, rec: LiveRe
     finally:
         _finish(rec, usage_tokens)
     return rec
+
+
+def _take(rec: LiveRequest, obj: dict[str, Any], now: float, usage_tokens: int | None) -> int | None:
+    """Record one chunk: its time and tokens; the usage block when it comes."""
+    usage = obj.get("usage")
+    if usage:
+        usage_tokens = int(usage.get("completion_tokens", 0))
+        details = usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            rec.cached_tokens = float(details["cached_tokens"])
+    n = chunk_tokens(obj)
+    if n:
+        if not rec.chunk_times:
+            rec.first_token_s = now
+        rec.chunk_times.append(now)
+        rec.chunk_tokens.append(n)
+        rec.last_token_s = now
+    return usage_tokens
 
 
 def _finish(rec: LiveRequest, usage_tokens: int | None) -> None:
@@ -177,8 +185,8 @@ class Replay:
         task.add_done_callback(self.tasks.discard)
 
     async def _at(self, i: int, planned: float) -> None:
-        delay = self.t0 + planned - time.perf_counter()
-        if delay > 0:
+        target = self.t0 + planned
+        while (delay := target - time.perf_counter()) > 0:     # timers may fire early: never send early
             await asyncio.sleep(delay)
         await self._request(i, planned)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,17 +34,40 @@ class LiveRequest:
 
 
 class JsonlSink:
+    """Appends records from a writer thread (fsync after every batch), so that disk latency never
+    stalls the dispatcher's event loop; ``close()`` drains and syncs everything queued."""
+
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        self._q: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._drain, name="journal", daemon=True)
+        self._thread.start()
 
     def write(self, rec: LiveRequest) -> None:
-        self._f.write(json.dumps(asdict(rec), allow_nan=True) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        self._q.put(json.dumps(asdict(rec), allow_nan=True) + "\n")
+
+    def _drain(self) -> None:
+        while True:
+            item = self._q.get()
+            batch = []
+            while item is not None:
+                batch.append(item)
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._f.write("".join(batch))
+                self._f.flush()
+                os.fsync(self._f.fileno())
+            if item is None:
+                return
 
     def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
         self._f.close()
 
 

@@ -192,7 +192,16 @@ def run_live(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: str | Pa
     journal = out.parent / f".{out.name}.live" / "requests.jsonl"
     if journal.exists():
         journal.unlink()
-    return asyncio.run(_run(trace, cfg, opts, out))
+    return run_loop(_run(trace, cfg, opts, out))
+
+
+def run_loop(coro: Any) -> Any:
+    """Run on uvloop when installed (about half the per-chunk overhead of asyncio's loop), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def summary_line(rec: RunRecord) -> str:

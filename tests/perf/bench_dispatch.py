@@ -16,6 +16,7 @@ import numpy as np
 
 from live.dispatcher import DispatchConfig, Replay
 from live.records import JsonlSink, read_jsonl
+from live.run import run_loop
 from scenarios import compile_trace, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,6 @@ SERVER = ("import sys, time; sys.path.insert(0, sys.argv[1]); from tests.fake_op
 
 
 def main(rate: float = 50.0, duration: float = 30.0, tokens: int = 100) -> dict:
-    import asyncio
 
     import httpx
     srv = subprocess.Popen([sys.executable, "-c", SERVER, str(ROOT)], stdout=subprocess.PIPE, text=True)
@@ -43,7 +43,7 @@ def main(rate: float = 50.0, duration: float = 30.0, tokens: int = 100) -> dict:
                 await Replay(trace, cfg, sink, c).run()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
-        asyncio.run(go())
+        run_loop(go())
         wall = time.perf_counter() - t0
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         sink.close()
