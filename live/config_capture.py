@@ -88,10 +88,11 @@ ALIASES = {"max_model_len": ("max_seq_len", "context_length"), "num_gpu_blocks":
 
 
 def resolved(log: dict[str, Any], metrics: dict[str, Any], server_info: dict[str, Any]) -> dict[str, Any]:
-    """One dict: server info, then /metrics info, then the log (later sources win ties on the same key)."""
+    """One dict: server info, then /metrics info, then the log (later sources win ties on the same key).
+    The flags that were passed are kept too, as ``arg.<name>``, for what the engine does not report."""
     out: dict[str, Any] = {}
     for src in (server_info, metrics, log):
-        out.update({k: v for k, v in src.items() if not k.startswith("arg.")})
+        out.update(src)
     for canon, names in ALIASES.items():
         for n in names:
             if n in out and canon not in out:

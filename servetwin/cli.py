@@ -129,8 +129,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(fn=c.cmd_live_campaign)
 
-    for name, text in (("calibrate", "probe and fit a real engine"), ("compare", "simulated vs measured side by "
-                       "side"), ("report", "an HTML report from runs")):
+    cal = sub.add_parser("calibrate", help="probe a real engine and fit the cost model to it")
+    csub = cal.add_subparsers(dest="cal_cmd", metavar="ACTION")
+    csub.required = True
+    p = csub.add_parser("probe", help="black-box probes through the API → a probe RunRecord")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--model", default=None)
+    p.add_argument("--out", required=True)
+    p.add_argument("--engine-log", default=None)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--vocab", type=int, nargs=2, default=[2, 4096], metavar=("LOW", "HIGH"),
+                   help="token-id range for probe prompts (exclude special tokens)")
+    p.set_defaults(fn=c.cmd_calibrate_probe)
+    p = csub.add_parser("fit", help="fit the cost model's coefficients to probe records → a profile YAML")
+    p.add_argument("probes", nargs="+")
+    p.add_argument("--engine", default="vllm-v1", choices=["vllm-v0", "vllm-v1", "sglang"], help="engine family")
+    p.add_argument("--model", default="tiny-llama")
+    p.add_argument("--base", default="cpu-base", help="hardware profile to start from")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=c.cmd_calibrate_fit)
+
+    p = sub.add_parser("compare", help="simulate every live run's trace with its resolved configuration; "
+                       "measured vs simulated side by side")
+    p.add_argument("sim_runs", help="directory for the simulated twins")
+    p.add_argument("live_runs", nargs="+")
+    p.add_argument("--hardware", required=True, help="(fitted) hardware profile name or YAML")
+    p.add_argument("--model", default="tiny-llama")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    p.set_defaults(fn=c.cmd_compare)
+
+    for name, text in (("report", "an HTML report from runs"),):
         p = sub.add_parser(name, help=f"{text} (not available in this release)")
         p.add_argument("args", nargs=argparse.REMAINDER)
         p.set_defaults(fn=c.cmd_unavailable, feature=name)

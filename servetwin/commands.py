@@ -240,6 +240,41 @@ def _first_model(endpoint: str) -> str:
                              "pass --model") from None
 
 
+def cmd_calibrate_probe(a: argparse.Namespace) -> int:
+    from calibrate.probes import ProbePlan, probe
+    plan = ProbePlan(repeats=a.repeats, vocab=(a.vocab[0], a.vocab[1]))
+    rec = probe(a.endpoint, a.model or _first_model(a.endpoint), a.out, plan, a.engine_log)
+    ok = int(rec.requests["ok"].sum())
+    print(f"wrote {a.out}: {ok}/{len(rec.requests)} probe requests ok")
+    return 0 if ok == len(rec.requests) else 1
+
+
+def cmd_calibrate_fit(a: argparse.Namespace) -> int:
+    from calibrate.probe_fit import fit_probes
+    res, obs = fit_probes(a.probes, a.engine, a.model, a.base, a.out)
+    print(f"wrote {a.out}: R² {res.r2:.4f}, MAPE {res.mape:.1%} over {len(obs)} probe shapes")
+    for k, v in res.params.items():
+        print(f"  {k:14s} {v:.6g}")
+    return 0
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from analysis.tables import to_markdown
+    from calibrate.compare import compare
+    tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model)
+    if a.format == "json":
+        print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}, indent=2))
+    elif a.format == "csv":
+        for k, v in tables.items():
+            print(f"# {k}")
+            print(v.to_csv(index=False), end="")
+    else:
+        for k, v in tables.items():
+            print(f"## {k}\n")
+            print(to_markdown(v))
+    return 0
+
+
 def cmd_figures(a: argparse.Namespace) -> int:
     from paper_figures.figures import headline_figures
     made = headline_figures(_load(a.runs), Path(a.out))

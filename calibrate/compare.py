@@ -1,0 +1,119 @@
+"""Simulated and measured side by side: for every live run, simulate the identical trace (recompiled from
+the run's scenario and seed, digest checked) with the engine model set to the live run's *resolved*
+configuration and a (fitted) hardware profile; report per configuration the measured and simulated
+metrics with their errors, and for each pair of configurations the measured and simulated gaps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import run_metrics
+from analysis.records import RunRecord, write_run
+from analysis.stats import paired_gap
+from scenarios.compiler import compile_trace
+from scenarios.errors import ServetwinError
+from scenarios.spec import scenario_from_dict
+from simulator.simulate import simulate
+
+METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "throughput", "kv_peak", "prefix_hit_fraction")
+
+
+def _arg(cfg: dict[str, Any], name: str) -> Any:
+    return cfg.get(name, cfg.get(f"arg.{name}"))
+
+
+def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Preset and overrides reproducing a live run's resolved configuration."""
+    if "schedule_policy" in cfg or "chunked_prefill_size" in cfg:
+        sg = {k: cfg[k] for k in ("schedule_policy", "chunked_prefill_size", "max_total_tokens",
+                                     "max_running_requests", "context_length", "max_prefill_tokens") if cfg.get(k)}
+        preset = "sglang-0.4.1" if str(cfg.get("version", "")).startswith("0.4") else "sglang-current"
+        return preset, sg
+    version = str(cfg.get("version", ""))
+    v0 = version.startswith(("0.5", "0.6", "0.7"))
+    bs = int(cfg.get("block_size") or 16)
+    over: dict[str, Any] = {"block_size": bs}
+    for k in ("enable_prefix_caching", "enable_chunked_prefill", "max_model_len"):
+        if _arg(cfg, k) is not None:
+            over[k] = _arg(cfg, k)
+    for k in ("max_num_batched_tokens", "max_num_seqs"):
+        if _arg(cfg, k) is not None:
+            over[k] = int(_arg(cfg, k))
+    policy = _arg(cfg, "scheduling_policy")
+    if policy:
+        over["scheduling_policy"] = policy
+    tokens = cfg.get("kv_cache_size_tokens")
+    blocks = cfg.get("num_gpu_blocks") if not tokens else int(tokens) // bs
+    if blocks:
+        over["num_gpu_blocks"] = int(blocks)
+    return ("vllm-0.6.3" if v0 else "vllm-v1"), over
+
+
+def twin(live: RunRecord, hardware: str, model: str) -> RunRecord:
+    """Simulate the live run's trace with its resolved configuration."""
+    sc = scenario_from_dict({**live.meta["scenario"], "seed": live.meta["seed"]}, f"{live.path}/run.json")
+    trace = compile_trace(sc)
+    if trace.digest != live.meta["trace_digest"]:
+        raise ServetwinError(f"{live.path}: recompiled trace {trace.digest} differs from the run's "
+                             f"{live.meta['trace_digest']}; cannot simulate the identical trace")
+    preset, over = engine_for(live.meta["engine_config"])
+    ctx = over.get("max_model_len") or over.get("context_length")
+    rec = simulate(trace, preset, hardware, model, over, context=ctx,
+                   timeout_s=float(live.meta.get("request_timeout_s", 300.0)))
+    rec.meta["labels"] = {**live.meta.get("labels", {}), "config": live.meta["engine"], "twin_of": live.run_id}
+    rec.meta["engine"] = live.meta["engine"]
+    return rec
+
+
+def side_by_side(pairs: list[tuple[RunRecord, RunRecord]]) -> pd.DataFrame:
+    rows = []
+    for live, sim in pairs:
+        ml, ms = run_metrics(live), run_metrics(sim)
+        for m in METRICS:
+            a, b = float(ml[m]), float(ms[m])
+            err = (b - a) / a if a and not math.isnan(a) and not math.isnan(b) else math.nan
+            rows.append({"config": live.meta["engine"], "seed": live.meta["seed"], "metric": m, "measured": a,
+                         "simulated": b, "rel_error": err})
+    return pd.DataFrame(rows)
+
+
+def gap_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """For each pair of configurations (paired by seed), the measured and simulated gaps a/b."""
+    rows = []
+    cfgs = sorted(table["config"].unique())
+    for i, a in enumerate(cfgs):
+        for b in cfgs[i + 1:]:
+            for m in METRICS[:5]:
+                ta = table[(table["config"] == a) & (table["metric"] == m)].set_index("seed")
+                tb = table[(table["config"] == b) & (table["metric"] == m)].set_index("seed")
+                seeds = sorted(set(ta.index) & set(tb.index))
+                if not seeds:
+                    continue
+                row: dict[str, Any] = {"pair": f"{a}/{b}", "metric": m, "n": len(seeds)}
+                for src in ("measured", "simulated"):
+                    x, y = ta.loc[seeds, src].to_numpy(float), tb.loc[seeds, src].to_numpy(float)
+                    if np.all(x > 0) and np.all(y > 0):
+                        g = paired_gap(x, y)
+                        row.update({f"{src}_gap": g.ratio, f"{src}_lo": g.lo, f"{src}_hi": g.hi})
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, model: str) -> dict[str, pd.DataFrame]:
+    pairs = []
+    for live in live_runs:
+        if live.meta.get("source") != "live":
+            continue
+        sim = twin(live, hardware, model)
+        dest = Path(sim_dir) / (live.path.name if live.path else live.run_id)
+        write_run(sim, dest)
+        pairs.append((live, sim))
+    if not pairs:
+        raise ServetwinError("compare: no live runs among the inputs")
+    table = side_by_side(pairs)
+    return {"side_by_side": table, "gaps": gap_comparison(table)}

@@ -1,0 +1,132 @@
+"""Black-box probes through the API that isolate the cost model's terms:
+
+- ``prefill``: one request at a time, unique (cache-busting) prompts of n tokens, 1 output token:
+  TTFT ≈ one prefill step of n uncached tokens;
+- ``cached``: a prompt of L tokens is sent once, then the same L tokens plus a unique suffix of d tokens:
+  TTFT ≈ a prefill step of the uncached remainder over a cached context;
+- ``decode``: c requests at once with unique prompts, many output tokens: the median inter-token gap ≈
+  one decode step of batch c at the probe's context.
+
+Each probe is repeated; results are a RunRecord (``source: probe``) whose ``run.json`` lists every probe
+request's kind and shape."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from analysis.records import RunRecord, default_exclusion, write_run
+from live.dispatcher import DispatchConfig, stream_one
+from live.records import LiveRequest
+from live.run import capture_config, run_loop, wait_healthy
+
+
+@dataclass
+class ProbePlan:
+    prefill_lengths: tuple[int, ...] = (32, 128, 512, 1024, 2048, 4096)
+    cached: tuple[tuple[int, int], ...] = ((512, 64), (2048, 64), (4096, 64), (4096, 512))
+    decode_batches: tuple[int, ...] = (1, 4, 16, 32)
+    decode_prompt: int = 256
+    decode_tokens: int = 64
+    repeats: int = 3
+    vocab: tuple[int, int] = (2, 4096)
+
+
+@dataclass
+class ProbeRow:
+    request_id: int
+    kind: str
+    new_tokens: int
+    context: int
+    concurrency: int
+    repeat: int
+
+
+class Prober:
+    def __init__(self, client: httpx.AsyncClient, cfg: DispatchConfig, plan: ProbePlan, seed: int | None = None):
+        self.client, self.cfg, self.plan = client, cfg, plan
+        self.rng = np.random.default_rng(seed)   # fresh entropy by default: prompts must miss every cache
+        self.recs: list[LiveRequest] = []
+        self.rows: list[ProbeRow] = []
+        self.t0 = time.perf_counter()
+        self._n = 0
+
+    def _ids(self, n: int) -> list[int]:
+        lo, hi = self.plan.vocab
+        return [int(x) for x in self.rng.integers(lo, hi, size=n)]
+
+    async def _send(self, prompt: list[int], max_tokens: int, row: ProbeRow | None) -> LiveRequest:
+        rid = self._n
+        self._n += 1
+        rec = LiveRequest(rid, rid, "probe", time.perf_counter() - self.t0, len(prompt), max_tokens)
+        await stream_one(self.client, self.cfg, rec, prompt, self.t0)
+        if row is not None:
+            row.request_id = rid
+            self.recs.append(rec)
+            self.rows.append(row)
+        return rec
+
+    async def run(self) -> None:
+        p = self.plan
+        for _ in range(2):                                   # warm-up, discarded
+            await self._send(self._ids(64), 4, None)
+        for k in range(p.repeats):
+            for n in p.prefill_lengths:
+                await self._send(self._ids(n), 1, ProbeRow(0, "prefill", n, 0, 1, k))
+            for L, d in p.cached:
+                base = self._ids(L)
+                await self._send(base, 1, None)                          # warm the prefix
+                await self._send(base + self._ids(d), 1, ProbeRow(0, "cached", d, L, 1, k))
+            for c in p.decode_batches:
+                prompts = [self._ids(p.decode_prompt) for _ in range(c)]
+                rows = [ProbeRow(0, "decode", 1, p.decode_prompt + p.decode_tokens // 2, c, k) for _ in range(c)]
+                await asyncio.gather(*[self._send(pr, p.decode_tokens, r) for pr, r in zip(prompts, rows, strict=True)])
+
+
+def _frame(recs: list[LiveRequest]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    req = pd.DataFrame([{"request_id": r.request_id, "dag_id": r.dag_id, "role": "probe", "planned_s": r.planned_s,
+                         "send_s": r.send_s, "first_token_s": r.first_token_s, "last_token_s": r.last_token_s,
+                         "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
+                         "cached_tokens": r.cached_tokens, "ok": r.ok, "error": r.error} for r in recs])
+    ids, ts, ns = [], [], []
+    for r in recs:
+        ids += [r.request_id] * len(r.chunk_times)
+        ts += r.chunk_times
+        ns += r.chunk_tokens
+    return req, pd.DataFrame({"request_id": np.asarray(ids, np.int64), "t_s": np.asarray(ts, float),
+                              "tokens": np.asarray(ns, np.int64)})
+
+
+async def _probe(endpoint: str, model: str, plan: ProbePlan, engine_log: str | None) -> tuple[Prober, dict]:
+    cfg = DispatchConfig(endpoint=endpoint, model=model, warmup=0, timeout_s=120, stall_s=120)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120, connect=10)) as client:
+        await wait_healthy(client, endpoint, 300)
+        resolved = await capture_config(client, endpoint, engine_log)
+        pr = Prober(client, cfg, plan)
+        await pr.run()
+    return pr, resolved
+
+
+def probe(endpoint: str, model: str, out: str | Path, plan: ProbePlan | None = None,
+          engine_log: str | None = None, label: str = "probe") -> RunRecord:
+    plan = plan or ProbePlan()
+    pr, resolved = run_loop(_probe(endpoint, model, plan, engine_log))
+    req, chunks = _frame(pr.recs)
+    meta: dict[str, Any] = {
+        "run_id": f"probe-{label}-{int(time.time())}", "source": "probe", "trace_digest": "", "scenario": {},
+        "seed": 0, "engine": label, "engine_config": resolved, "hardware": "live", "model": model,
+        "offered_load_rps": math.nan, "run_window": {"start_s": 0.0, "duration_s": float(req["last_token_s"].max()),
+                                                     "end_s": float(req["last_token_s"].max())},
+        "exclusion": {**default_exclusion(), "exclude_first_dags": 0}, "telemetry_summary": {},
+        "versions": {}, "probes": [asdict(r) for r in pr.rows], "plan": asdict(plan)}
+    rec = RunRecord(meta=meta, requests=req, chunks=chunks)
+    write_run(rec, out)
+    return rec
