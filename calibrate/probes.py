@@ -33,7 +33,7 @@ from live.run import capture_config, run_loop, wait_healthy
 class ProbePlan:
     prefill_lengths: tuple[int, ...] = (32, 128, 512, 1024, 2048, 4096)
     cached: tuple[tuple[int, int], ...] = ((512, 64), (2048, 64), (4096, 64), (4096, 512))
-    decode_batches: tuple[int, ...] = (1, 4, 16, 32)
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     decode_prompt: int = 256
     decode_tokens: int = 64
     repeats: int = 3

@@ -131,3 +131,35 @@ def test_engine_killed_mid_run_keeps_every_record(model_dir: Path, tmp_path: Pat
     assert set(req.loc[~req["ok"], "error"]) <= {"connect", "reset", "not_sent", "timeout", "short"}
     assert rec.meta["passed"] is False and rec.meta["errors_by_kind"]
     assert read_run(tmp_path / "run").requests["ok"].sum() == req["ok"].sum()
+
+
+def test_compare_two_cpu_configurations(engine: VllmCpu, model_dir: Path, tmp_path: Path):
+    """The whole twin loop at a small scale: probe, fit, two live configurations, simulated twins."""
+    import math
+
+    from calibrate.compare import compare
+    from calibrate.probe_fit import fit_probes
+    from calibrate.probes import ProbePlan, probe
+    plan = ProbePlan(prefill_lengths=(64, 512, 2048), cached=((1024, 64),), decode_batches=(1, 4, 8), repeats=1,
+                     decode_tokens=32)
+    probe(engine.url, "tiny-llama", tmp_path / "probe", plan, str(engine.log_path))
+    fit_probes([tmp_path / "probe"], "vllm-v1", "tiny-llama", "cpu-base", tmp_path / "cpu.yaml")
+    trace = small_trace(duration=25.0, seed=3)
+    dcfg = DispatchConfig(endpoint=engine.url, model="tiny-llama", warmup=2)
+    run_live(trace, dcfg, LiveOptions("apc-on", engine_log=str(engine.log_path)), tmp_path / "live" / "apc-on")
+    off = VllmCpu(model_dir, port=free_port(), prefix_caching=False, log_path=tmp_path / "off.log").start()
+    try:
+        dcfg = DispatchConfig(endpoint=off.url, model="tiny-llama", warmup=2)
+        run_live(trace, dcfg, LiveOptions("apc-off", engine_log=str(off.log_path)), tmp_path / "live" / "apc-off")
+    finally:
+        off.stop()
+    lives = [read_run(tmp_path / "live" / k) for k in ("apc-on", "apc-off")]
+    tables = compare(lives, tmp_path / "sim", str(tmp_path / "cpu.yaml"), "tiny-llama")
+    sbs = tables["side_by_side"]
+    assert set(sbs["config"]) == {"apc-on", "apc-off"}
+    assert {"measured", "simulated", "rel_error"} <= set(sbs.columns)
+    core = sbs[sbs["metric"].isin(["ttft_p50", "tpot_p50", "e2e_p50", "throughput"])]
+    assert all(math.isfinite(e) for e in core["rel_error"])
+    gaps = tables["gaps"]
+    assert set(gaps["pair"]) == {"apc-off/apc-on"} and gaps["measured_gap"].notna().all()
+    assert (tmp_path / "sim" / "apc-on" / "run.json").is_file()

@@ -1,0 +1,87 @@
+"""Probe fitting recovers known coefficients; compare on identical inputs reports zero error."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.records import RunRecord, write_run
+from calibrate.compare import compare
+from calibrate.fit import with_params
+from calibrate.probe_fit import fit_probes
+from calibrate.probes import ProbePlan, ProbeRow
+from simulator import simulate
+from simulator.cost_model import BatchShape, CostModel
+from simulator.profiles import load_hardware, load_model
+
+TRUE = {"eta_compute": 0.2, "eta_bandwidth": 0.1, "step_graph_s": 0.0005, "step_eager_s": 0.008, "per_seq_s": 2e-5}
+
+
+def synthetic_probes(path: Path, noise: float, seed: int) -> None:
+    """A probe record whose times come from the cost model with known coefficients (+ noise)."""
+    hw = with_params(load_hardware("cpu-base"), "vllm-v1", TRUE)
+    cm = CostModel(hw, load_model("tiny-llama"), "vllm-v1")
+    rng = np.random.default_rng(seed)
+    plan, rows, probes = ProbePlan(), [], []
+    rid = 0
+
+    def add(kind: str, n: int, ctx: int, c: int, shape: BatchShape, tokens: int) -> None:
+        nonlocal rid
+        step = cm.step_time(shape) * (1 + rng.normal(0, noise))
+        first = 0.01 + (step if kind != "decode" else 0.05)
+        last = first + (tokens - 1) * step if kind == "decode" else first
+        rows.append({"request_id": rid, "dag_id": rid, "role": "probe", "planned_s": 0.0, "send_s": 0.01,
+                     "first_token_s": first, "last_token_s": last, "output_tokens": tokens, "prompt_tokens": n + ctx,
+                     "cached_tokens": np.nan, "ok": True, "error": ""})
+        probes.append(dataclasses.asdict(ProbeRow(rid, kind, n, ctx, c, 0)))
+        rid += 1
+    for _ in range(3):
+        for n in plan.prefill_lengths:
+            b = BatchShape()
+            b.add_prefill(n, 0, True)
+            add("prefill", n, 0, 1, b, 1)
+        for L, d in plan.cached:
+            b = BatchShape()
+            b.add_prefill(d, L, True)
+            add("cached", d, L, 1, b, 1)
+        for c in plan.decode_batches:
+            b = BatchShape()
+            for _ in range(c):
+                b.add_decode(288)
+            for _ in range(c):
+                add("decode", 1, 288, c, b, 64)
+    meta = {"run_id": "p", "source": "probe", "trace_digest": "", "scenario": {}, "seed": 0, "engine": "probe",
+            "engine_config": {"block_size": 32}, "hardware": "live", "model": "tiny-llama", "offered_load_rps": 0.0,
+            "run_window": {"duration_s": 1.0}, "exclusion": {}, "telemetry_summary": {}, "versions": {},
+            "probes": probes}
+    write_run(RunRecord(meta=meta, requests=pd.DataFrame(rows)), path)
+
+
+def test_probe_fit_recovers_known_coefficients(tmp_path: Path):
+    synthetic_probes(tmp_path / "p", noise=0.02, seed=1)
+    res, obs = fit_probes([tmp_path / "p"], "vllm-v1", "tiny-llama", "cpu-base", tmp_path / "fitted.yaml")
+    assert res.r2 > 0.98 and res.mape < 0.05
+    for k in ("eta_compute", "eta_bandwidth", "step_eager_s"):
+        assert res.params[k] == pytest.approx(TRUE[k], rel=0.2), k
+    hw = load_hardware(str(tmp_path / "fitted.yaml"))
+    assert hw.eta_compute == pytest.approx(res.params["eta_compute"], rel=1e-4)
+
+
+def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_trace):
+    for eng, over in (("vllm-v1", {}), ("vllm-0.6.3", {"enable_prefix_caching": True})):
+        rec = simulate(small_trace, eng, "l4", "llama-3.1-8b", over)
+        rec.meta["source"] = "live"                 # pretend a live engine produced exactly this
+        rec.meta["engine"] = f"{eng}-as-live"
+        write_run(rec, tmp_path / "live" / eng)
+    from analysis.records import find_runs, read_run
+    lives = [read_run(p) for p in find_runs([tmp_path / "live"])]
+    tables = compare(lives, tmp_path / "sim", "l4", "llama-3.1-8b")
+    sbs = tables["side_by_side"]
+    errs = sbs["rel_error"].dropna()
+    assert len(errs) >= 10 and (errs.abs() < 1e-9).all()
+    g = tables["gaps"]
+    assert not g.empty and np.allclose(g["measured_gap"], g["simulated_gap"])
