@@ -49,7 +49,11 @@ $(ENGINE_VENV)/.installed:
 # SGLang 0.5.23 on the CPU in its own virtual environment: installed with --no-deps next to the CPU torch and
 # its CPU requirements; the sgl_kernel stand-in (live/sglang_cpu) goes on PYTHONPATH at launch.
 SGLANG_VENV ?= .engine-sglang
-.PHONY: engine-sglang
+.PHONY: engine-sglang twin-study
+# The two-engine study on this machine, live and simulated (about 45 minutes; TWIN_FLAGS=--quick for ~15).
+twin-study: $(STAMP) engine engine-sglang
+	$(BIN)/python -m calibrate.twin_study --out out/twin $(TWIN_FLAGS)
+
 engine-sglang: $(SGLANG_VENV)/.installed
 
 $(SGLANG_VENV)/.installed:

@@ -21,7 +21,7 @@ _SG_POOL = re.compile(r"max_total_num_tokens=(\d+), (?:chunked_prefill_size=(-?\
                       r"max_running_requests=(\d+), context_len=(\d+)")
 KEEP = ("max_seq_len", "enable_prefix_caching", "enable_chunked_prefill", "chunked_prefill_enabled",
         "use_v2_block_manager", "num_scheduler_steps", "enforce_eager", "dtype", "tensor_parallel_size", "seed",
-        "use_async_output_proc")
+        "use_async_output_proc", "device_config")
 
 
 def _value(s: str) -> Any:

@@ -158,10 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
     p.set_defaults(fn=c.cmd_compare)
 
-    for name, text in (("report", "an HTML report from runs"),):
-        p = sub.add_parser(name, help=f"{text} (not available in this release)")
-        p.add_argument("args", nargs=argparse.REMAINDER)
-        p.set_defaults(fn=c.cmd_unavailable, feature=name)
+    p = sub.add_parser("report", help="one self-contained HTML page: tables, figures, resolved configurations")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--out", required=True)
+    p.add_argument("--title", default="servetwin report")
+    p.set_defaults(fn=c.cmd_report)
     return ap
 
 

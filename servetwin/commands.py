@@ -288,6 +288,8 @@ def cmd_paper(a: argparse.Namespace) -> int:
     return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)
 
 
-def cmd_unavailable(a: argparse.Namespace) -> int:
-    raise ServetwinError(f"'servetwin {a.feature}' is not available in this release "
-                         "(see the README's status table)")
+def cmd_report(a: argparse.Namespace) -> int:
+    from paper_figures.report import build_report
+    out = build_report(_load(a.runs), a.out, a.title)
+    print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+    return 0

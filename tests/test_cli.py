@@ -88,6 +88,11 @@ def test_bad_override_names_accepted_keys(tmp_path: Path):
     assert r.returncode == 2 and "known:" in r.stderr
 
 
-def test_unavailable_feature_says_so():
-    r = cli("report", "x")
-    assert r.returncode != 0 and "not available" in r.stderr
+def test_report_builds_one_page(tmp_path: Path):
+    runs = tmp_path / "runs"
+    for eng in ("vllm-0.6.3", "sglang-0.4.1"):
+        cli("simulate", "--scenario", str(EX), "--engine", eng, "--out", str(runs / eng))
+    r = cli("report", str(runs), "--out", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>absolute</h2>" in page and "data:image/png;base64," in page and "engine_config" in page

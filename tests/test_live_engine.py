@@ -163,3 +163,35 @@ def test_compare_two_cpu_configurations(engine: VllmCpu, model_dir: Path, tmp_pa
     gaps = tables["gaps"]
     assert set(gaps["pair"]) == {"apc-off/apc-on"} and gaps["measured_gap"].notna().all()
     assert (tmp_path / "sim" / "apc-on" / "run.json").is_file()
+
+
+def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_path: Path):
+    """SGLang on its CPU path: starts, serves a seeded agent trace with radix hits, resolves its
+    configuration, and its simulated twin builds a comparison at a small scale."""
+    import math
+
+    from calibrate.compare import compare
+    from calibrate.probe_fit import fit_probes
+    from calibrate.probes import ProbePlan, probe
+    from live.local_engine import SglangCpu
+    eng = SglangCpu(model_dir, port=free_port(), log_path=tmp_path / "sglang.log").start()
+    try:
+        plan = ProbePlan(prefill_lengths=(64, 512, 2048), cached=((1024, 64),), decode_batches=(1, 4, 8), repeats=1,
+                         decode_tokens=32)
+        probe(eng.url, "tiny-llama", tmp_path / "probe", plan, str(eng.log_path))
+        trace = small_trace(duration=25.0, seed=4)
+        rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=2),
+                       LiveOptions("sglang-lpm", engine_log=str(eng.log_path), expected=eng.expected()),
+                       tmp_path / "live" / "sglang")
+    finally:
+        eng.stop()
+    req = rec.requests
+    assert req["ok"].all() and (req["cached_tokens"] > 0).sum() > len(req) // 2      # radix hits per request
+    cfg = rec.meta["engine_config"]
+    assert cfg["schedule_policy"] == "lpm" and cfg["page_size"] == 1 and not rec.meta["config_warnings"]
+    assert rec.meta["telemetry_summary"]["prefix_hit_tokens"] > 0
+    fit_probes([tmp_path / "probe"], "sglang", "tiny-llama", "cpu-base", tmp_path / "cpu-sglang.yaml")
+    t = compare([read_run(tmp_path / "live" / "sglang")], tmp_path / "sim", str(tmp_path / "cpu-sglang.yaml"),
+                "tiny-llama")
+    core = t["side_by_side"][t["side_by_side"]["metric"].isin(["ttft_p50", "e2e_p50", "throughput"])]
+    assert all(math.isfinite(e) for e in core["rel_error"])

@@ -1,0 +1,158 @@
+"""The two-engine study on this machine: vLLM (CPU build) and SGLang (CPU path) serving the same tiny
+model, driven with the same seeded agent traces under vendor-style defaults and with the chunked-prefill
+budget matched (plus SGLang FCFS vs LPM), then the same traces simulated with each engine's fitted
+profile; measured and simulated tables side by side.
+
+    python -m calibrate.twin_study --out out/twin [--quick]
+
+Arms (labels): defaults = vllm-nochunk (chunked prefill off, as vLLM 0.6.3's default) vs sglang-lpm (its
+resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets);
+ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its
+fitted simulated twin. Without --quick: two rates and a sharing sweep, 3 seeds each (about 45 minutes);
+with --quick: one rate, 2 seeds, 40-second runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.records import find_runs, read_run
+from analysis.stats import removed_fraction
+from analysis.tables import to_markdown
+from calibrate.compare import compare
+from calibrate.probe_fit import fit_probes
+from calibrate.probes import ProbePlan, probe
+from live.dispatcher import DispatchConfig
+from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
+from live.run import LiveOptions, run_live
+from scenarios.compiler import compile_trace
+from scenarios.spec import scenario_from_dict
+from simulator.capacity import capacity_search
+
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vllm-nochunk": ("vllm", {"chunked_prefill": None}),
+    "sglang-lpm": ("sglang", {"policy": "lpm"}),
+    "vllm-c512": ("vllm", {"chunked_prefill": 512}),
+    "sglang-lpm-c512": ("sglang", {"policy": "lpm", "chunked_prefill": 512}),
+    "sglang-fcfs-c512": ("sglang", {"policy": "fcfs", "chunked_prefill": 512}),
+}
+PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
+         "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
+
+
+def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
+    return {"name": f"rate{rate:g}-sigma{sharing:g}", "seed": seed, "duration_s": duration,
+            "arrivals": {"kind": "gamma", "rate": rate, "cv": 1.5},
+            "prompts": {"length": 2048, "sharing": sharing, "vocab_low": 2, "vocab_high": 4096},
+            "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
+            "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
+
+
+def engine(kind: str, opts: dict[str, Any], log: Path) -> VllmCpu:
+    model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
+    if kind == "sglang":
+        return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],
+                         log_path=log)
+    return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log)
+
+
+def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list[int], duration: float) -> None:
+    probed: set[str] = set()
+    for label, (kind, opts) in CONFIGS.items():
+        todo = [(r, s, seed) for r, s in conditions for seed in seeds
+                if not (out / "live" / f"rate{r:g}-sigma{s:g}" / label / f"seed-{seed}" / "run.json").is_file()]
+        if not todo and kind in probed:
+            continue
+        eng = engine(kind, opts, out / "logs" / f"{label}.log").start()
+        try:
+            if kind not in probed and not (out / "probes" / kind / "run.json").is_file():
+                probe(eng.url, "tiny-llama", out / "probes" / kind, ProbePlan(repeats=2), str(eng.log_path))
+            probed.add(kind)
+            for r, s, seed in todo:
+                trace = compile_trace(scenario_from_dict(scenario(r, s, duration, seed)))
+                dest = out / "live" / f"rate{r:g}-sigma{s:g}" / label / f"seed-{seed}"
+                rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
+                               LiveOptions(label, engine_log=str(eng.log_path)), dest)
+                print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
+        finally:
+            eng.stop()
+
+
+def summarise(out: Path) -> str:
+    parts = []
+    for cond in sorted(p.name for p in (out / "live").iterdir()):
+        lives = [read_run(p) for p in find_runs([out / "live" / cond])]
+        by_family = {"vllm": out / "profiles" / "cpu-vllm.yaml", "sglang": out / "profiles" / "cpu-sglang.yaml"}
+        tables: dict[str, list[pd.DataFrame]] = {"side_by_side": [], "gaps": []}
+        for fam, prof in by_family.items():
+            sub = [r for r in lives if CONFIGS[r.meta["engine"]][0] == fam]
+            t = compare(sub, out / "sim" / cond / fam, str(prof), "tiny-llama")
+            tables["side_by_side"].append(t["side_by_side"])
+        sbs = pd.concat(tables["side_by_side"], ignore_index=True)
+        from calibrate.compare import gap_comparison
+        gaps = gap_comparison(sbs)
+        keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
+        gaps = gaps[gaps["pair"].isin(keep)]
+        parts += [f"## {cond}: measured vs simulated per configuration\n", to_markdown(
+            sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()),
+                  f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
+                  f"\n## {cond}: decomposition φ (TTFT p50, p95)\n", to_markdown(decomposition(gaps))]
+    return "\n".join(parts)
+
+
+def decomposition(gaps: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    d_pair, m_pair = "/".join(sorted(PAIRS["defaults"])), "/".join(sorted(PAIRS["matched"]))
+    for metric in ("ttft_p50", "ttft_p95", "throughput"):
+        d = gaps[(gaps["pair"] == d_pair) & (gaps["metric"] == metric)]
+        m = gaps[(gaps["pair"] == m_pair) & (gaps["metric"] == metric)]
+        if d.empty or m.empty:
+            continue
+        row: dict[str, Any] = {"metric": metric}
+        for src in ("measured", "simulated"):
+            phi = removed_fraction(float(d[f"{src}_gap"].iloc[0]), float(m[f"{src}_gap"].iloc[0]))
+            row[f"{src}_phi"] = phi if phi is not None else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out/twin")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rate", type=float, default=None, help="skip the capacity search; use this DAG rate")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    seeds = [1, 2] if a.quick else [1, 2, 3]
+    duration = 40.0 if a.quick else 90.0
+    conditions = [(a.rate or 1.0, 0.9)]
+    # probes first (one engine of each kind), profiles, then the knee on the fitted twins
+    run_live_cells(out, [], seeds, duration)
+    (out / "profiles").mkdir(parents=True, exist_ok=True)
+    fit_probes([out / "probes" / "vllm"], "vllm-v1", "tiny-llama", "cpu-base", out / "profiles" / "cpu-vllm.yaml")
+    fit_probes([out / "probes" / "sglang"], "sglang", "tiny-llama", "cpu-base", out / "profiles" / "cpu-sglang.yaml")
+    if a.rate is None:
+        sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
+        cap = capacity_search(sc, "sglang-current", str(out / "profiles" / "cpu-sglang.yaml"), "tiny-llama",
+                              {"max_total_tokens": 65536, "cuda_graph_max_bs": 0, "schedule_policy": "lpm"},
+                              lo=0.2, hi=4.0, seeds=(1,), context=8192)
+        knee = cap.keeps_rate
+        conditions = [(round(0.6 * knee, 2), 0.9)] if a.quick else [(round(0.6 * knee, 2), 0.9),
+                                                                    (round(1.1 * knee, 2), 0.9),
+                                                                    (round(0.6 * knee, 2), 0.5)]
+        print(f"simulated SGLang knee ≈ {knee:.2f} DAG/s; conditions {conditions}", file=sys.stderr)
+    run_live_cells(out, conditions, seeds, duration)
+    report = summarise(out)
+    (out / "report.md").write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
