@@ -99,6 +99,8 @@ def summarise(out: Path) -> str:
         gaps = gap_comparison(sbs)
         keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
         gaps = gaps[gaps["pair"].isin(keep)]
+        from paper_figures.figures import measured_vs_simulated
+        measured_vs_simulated(sbs, out / "figures" / cond)
         parts += [f"## {cond}: measured vs simulated per configuration\n", to_markdown(
             sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()),
                   f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),

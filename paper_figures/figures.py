@@ -138,3 +138,35 @@ def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "MISSING.txt").write_text("\n".join(missing) + ("\n" if missing else ""))
     return made
+
+
+def measured_vs_simulated(table: pd.DataFrame, out: Path, band: float = 0.2) -> Path:
+    """One panel per metric: simulated against measured per run, identity line and a ±20 % band."""
+    metrics = [m for m in ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "throughput") if m in set(table["metric"])]
+    if table.empty or not metrics:
+        raise MissingRuns("measured-vs-simulated needs the side-by-side table of `servetwin compare`")
+    from matplotlib.ticker import NullFormatter
+    fig, axes = new(3.0 * len(metrics), 3.2, ncols=len(metrics))
+    palette = ["#1f6fb4", "#d1495b", "#3c8d2f", "#e69f00", "#7b4ea3", "#555555"]
+    configs = sorted(str(c) for c in table["config"].unique())
+    for ax, m in zip(axes[0], metrics, strict=True):
+        t = table[(table["metric"] == m) & (table["measured"] > 0) & (table["simulated"] > 0)]
+        for cfg, g in t.groupby("config", sort=True):
+            ax.scatter(g["measured"], g["simulated"], s=18, color=palette[configs.index(str(cfg)) % len(palette)],
+                       label=str(cfg))
+        if not t.empty:
+            lo = float(min(t["measured"].min(), t["simulated"].min())) * 0.7
+            hi = float(max(t["measured"].max(), t["simulated"].max())) * 1.4
+            xs = np.geomspace(lo, hi, 50)
+            ax.plot(xs, xs, "k-", lw=0.8)
+            ax.fill_between(xs, xs * (1 - band), xs * (1 + band), color="0.85", zorder=0)
+            if m != "throughput":            # latencies span decades; throughput does not
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
+                ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(m.replace("_", " "))
+        ax.set_xlabel("measured")
+    axes[0][0].set_ylabel(f"simulated (band ±{band:.0%})")
+    axes[0][0].legend(fontsize=6)
+    return save(fig, out / "measured_vs_simulated.png")

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", required=True, help="(fitted) hardware profile name or YAML")
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    p.add_argument("--figures", default=None, metavar="DIR", help="also draw measured vs simulated per metric")
     p.set_defaults(fn=c.cmd_compare)
 
     p = sub.add_parser("report", help="one self-contained HTML page: tables, figures, resolved configurations")

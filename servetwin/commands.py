@@ -262,6 +262,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare
     tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model)
+    if a.figures:
+        from paper_figures.figures import measured_vs_simulated
+        measured_vs_simulated(tables["side_by_side"], Path(a.figures))
     if a.format == "json":
         print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}, indent=2))
     elif a.format == "csv":

@@ -40,3 +40,18 @@ def test_figures_deterministic_and_complete(tmp_path: Path):
     missing = (tmp_path / "c" / "MISSING.txt").read_text()
     assert "decomposition needs paired runs" in missing and "at least two 'rate-" in missing
     assert {p.name for p in made} == {"throughput.png", "ttft_cdf.png"}
+
+
+def test_measured_vs_simulated_figure(tmp_path: Path):
+    import pandas as pd
+    import pytest
+
+    from paper_figures.figures import MissingRuns, measured_vs_simulated
+    t = pd.DataFrame([{"config": c, "seed": s, "metric": m, "measured": v, "simulated": v * f, "rel_error": f - 1}
+                      for c, f in (("a", 1.1), ("b", 0.8)) for s in (1, 2)
+                      for m, v in (("ttft_p50", 0.3), ("throughput", 2.0))])
+    p1 = measured_vs_simulated(t, tmp_path / "x")
+    p2 = measured_vs_simulated(t, tmp_path / "y")
+    assert p1.read_bytes() == p2.read_bytes()
+    with pytest.raises(MissingRuns):
+        measured_vs_simulated(t.iloc[0:0], tmp_path / "z")
