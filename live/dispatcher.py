@@ -111,6 +111,7 @@ def _take(rec: LiveRequest, obj: dict[str, Any], now: float, usage_tokens: int |
     usage = obj.get("usage")
     if usage:
         usage_tokens = int(usage.get("completion_tokens", 0))
+        rec.server_prompt_tokens = int(usage.get("prompt_tokens", -1))
         details = usage.get("prompt_tokens_details") or {}
         if details.get("cached_tokens") is not None:
             rec.cached_tokens = float(details["cached_tokens"])

@@ -31,6 +31,7 @@ class LiveRequest:
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     warmup: bool = False
+    server_prompt_tokens: int = -1      # usage.prompt_tokens as the server counted them (-1: not reported)
 
 
 class JsonlSink:
