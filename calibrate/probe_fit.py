@@ -16,7 +16,25 @@ from simulator.profiles import load_hardware, load_model
 FREE = ("eta_compute", "eta_bandwidth", "step_graph_s", "step_eager_s", "per_seq_s")
 
 
-def observations(rec: RunRecord) -> list[tuple[BatchShape, float, str]]:
+def _mixed_shape(n: int, c: int, cfg: dict[str, Any], family: str) -> tuple[BatchShape, int]:
+    """The average step of a mixed probe and how many steps its prompt takes: vLLM batches the c decodes
+    with each chunk of the prompt (budget B shared); SGLang runs prefill chunks alone (decodes wait)."""
+    b = BatchShape()
+    if family == "sglang":
+        chunk = int(cfg.get("chunked_prefill_size") or n)
+        steps = max(1, -(-n // chunk))
+        b.add_prefill(n // steps, n // 2, True)
+        return b, steps
+    budget = int(cfg.get("max_num_batched_tokens") or cfg.get("arg.max_num_batched_tokens") or n + c)
+    per = max(1, budget - c)
+    steps = max(1, -(-n // per))
+    b.add_prefill(n // steps, n // 2 if steps > 1 else 0, True)
+    for _ in range(c):
+        b.add_decode(300)
+    return b, steps
+
+
+def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[BatchShape, float, str]]:
     """(shape, seconds, kind) per probe: median over repeats of the same shape."""
     if rec.meta.get("source") != "probe":
         raise ServetwinError(f"{rec.path}: not a probe record (source {rec.meta.get('source')!r})")
@@ -27,11 +45,18 @@ def observations(rec: RunRecord) -> list[tuple[BatchShape, float, str]]:
         r = req.loc[p["request_id"]]
         if not bool(r["ok"]):
             continue
-        if p["kind"] == "decode":        # TPOT: robust to chunks that arrive bunched together
-            n = int(r["output_tokens"])
-            if n < 4:
+        if p["kind"] == "mixed":         # the prompt's prefill window spread over its steps
+            w = rec.meta.get("mixed_windows", {}).get(str(p["request_id"]))
+            if not w or w["window_s"] <= 0:
                 continue
-            y = float((r["last_token_s"] - r["first_token_s"]) / (n - 1))
+            _, steps = _mixed_shape(p["new_tokens"], p["concurrency"], rec.meta.get("engine_config", {}), family)
+            y = float(w["window_s"]) / steps
+        elif p["kind"] == "decode":      # TPOT: robust to chunks that arrive bunched together
+            n = int(r["output_tokens"])
+            span = float(r["last_token_s"] - r["first_token_s"])
+            if n < 4 or span < 0.2 * float(r["last_token_s"] - r["send_s"]):
+                continue          # tokens delivered in a burst: the stream does not show the decode steps
+            y = span / (n - 1)
         else:
             y = float(r["first_token_s"] - r["send_s"])
         groups.setdefault((p["kind"], p["new_tokens"], p["context"], p["concurrency"]), []).append(y)
@@ -43,6 +68,8 @@ def observations(rec: RunRecord) -> list[tuple[BatchShape, float, str]]:
         elif kind == "cached":
             hit = (ctx // bs) * bs                  # whole cached blocks of the shared part
             b.add_prefill(n + ctx - hit, hit, True)
+        elif kind == "mixed":
+            b, _ = _mixed_shape(n, c, rec.meta.get("engine_config", {}), family)
         else:
             for _ in range(c):
                 b.add_decode(ctx)
@@ -52,7 +79,7 @@ def observations(rec: RunRecord) -> list[tuple[BatchShape, float, str]]:
 
 def fit_probes(paths: list[str | Path], engine_family: str, model: str, base: str,
                out: str | Path) -> tuple[FitResult, list[tuple[BatchShape, float, str]]]:
-    obs = [o for p in paths for o in observations(read_run(p))]
+    obs = [o for p in paths for o in observations(read_run(p), engine_family)]
     if len(obs) < len(FREE):
         raise ServetwinError(f"only {len(obs)} usable probe observations; need at least {len(FREE)}")
     hw, mp = load_hardware(base), load_model(model)

@@ -4,8 +4,11 @@
   TTFT ≈ one prefill step of n uncached tokens;
 - ``cached``: a prompt of L tokens is sent once, then the same L tokens plus a unique suffix of d tokens:
   TTFT ≈ a prefill step of the uncached remainder over a cached context;
-- ``decode``: c requests at once with unique prompts, many output tokens: the median inter-token gap ≈
-  one decode step of batch c at the probe's context.
+- ``decode``: c requests at once with unique prompts, many output tokens: time per output token ≈
+  one decode step of batch c at the probe's context;
+- ``mixed``: while c requests decode, one prompt of n uncached tokens arrives; the decode streams' time per
+  token inside its prefill window ≈ the steps that carry its chunks (mixed with the decodes where the engine
+  batches them together, prefill-only where it does not).
 
 Each probe is repeated; results are a RunRecord (``source: probe``) whose ``run.json`` lists every probe
 request's kind and shape."""
@@ -36,6 +39,7 @@ class ProbePlan:
     decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     decode_prompt: int = 256
     decode_tokens: int = 64
+    mixed: tuple[tuple[int, int], ...] = ((2048, 4), (4096, 8))      # (prompt tokens, decoding requests)
     repeats: int = 3
     vocab: tuple[int, int] = (2, 4096)
 
@@ -58,6 +62,7 @@ class Prober:
         self.rows: list[ProbeRow] = []
         self.t0 = time.perf_counter()
         self._n = 0
+        self.all_recs: list[LiveRequest] = []
 
     def _ids(self, n: int) -> list[int]:
         lo, hi = self.plan.vocab
@@ -68,6 +73,7 @@ class Prober:
         self._n += 1
         rec = LiveRequest(rid, rid, "probe", time.perf_counter() - self.t0, len(prompt), max_tokens)
         await stream_one(self.client, self.cfg, rec, prompt, self.t0)
+        self.all_recs.append(rec)
         if row is not None:
             row.request_id = rid
             self.recs.append(rec)
@@ -89,6 +95,32 @@ class Prober:
                 prompts = [self._ids(p.decode_prompt) for _ in range(c)]
                 rows = [ProbeRow(0, "decode", 1, p.decode_prompt + p.decode_tokens // 2, c, k) for _ in range(c)]
                 await asyncio.gather(*[self._send(pr, p.decode_tokens, r) for pr, r in zip(prompts, rows, strict=True)])
+            for n, c in p.mixed:
+                await self._mixed(n, c, k)
+
+    async def _mixed(self, n: int, c: int, k: int) -> None:
+        """c long decodes; once they stream, a prompt of n tokens; the window's decode rate is recorded
+        on the prompt's row (context = c, the decodes sharing its steps)."""
+        longs = [asyncio.create_task(self._send(self._ids(self.plan.decode_prompt), 4 * self.plan.decode_tokens, None))
+                 for _ in range(c)]
+        await asyncio.sleep(0.5)
+        await self._send(self._ids(n), 1, ProbeRow(0, "mixed", n, 0, c, k))
+        await asyncio.gather(*longs)
+
+def _mixed_windows(pr: Prober, chunks: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """For each mixed probe: its prefill window and the decode streams' seconds per token inside it."""
+    out: dict[str, dict[str, float]] = {}
+    by_id = {r.request_id: r for r in pr.all_recs}
+    for row in pr.rows:
+        if row.kind != "mixed":
+            continue
+        r = by_id[row.request_id]
+        lo, hi = r.send_s, r.first_token_s
+        inside = chunks[(chunks["t_s"] > lo) & (chunks["t_s"] <= hi) & (chunks["request_id"] != r.request_id)]
+        per_stream = inside.groupby("request_id")["tokens"].sum()
+        tokens = float(per_stream.median()) if len(per_stream) else 0.0
+        out[str(row.request_id)] = {"window_s": hi - lo, "decode_tokens_in_window": tokens}
+    return out
 
 
 def _frame(recs: list[LiveRequest]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -120,13 +152,15 @@ def probe(endpoint: str, model: str, out: str | Path, plan: ProbePlan | None = N
     plan = plan or ProbePlan()
     pr, resolved = run_loop(_probe(endpoint, model, plan, engine_log))
     req, chunks = _frame(pr.recs)
+    _, all_chunks = _frame(pr.all_recs)
+    windows = _mixed_windows(pr, all_chunks)
     meta: dict[str, Any] = {
         "run_id": f"probe-{label}-{int(time.time())}", "source": "probe", "trace_digest": "", "scenario": {},
         "seed": 0, "engine": label, "engine_config": resolved, "hardware": "live", "model": model,
         "offered_load_rps": math.nan, "run_window": {"start_s": 0.0, "duration_s": float(req["last_token_s"].max()),
                                                      "end_s": float(req["last_token_s"].max())},
         "exclusion": {**default_exclusion(), "exclude_first_dags": 0}, "telemetry_summary": {},
-        "versions": {}, "probes": [asdict(r) for r in pr.rows], "plan": asdict(plan)}
+        "versions": {}, "probes": [asdict(r) for r in pr.rows], "plan": asdict(plan), "mixed_windows": windows}
     rec = RunRecord(meta=meta, requests=req, chunks=chunks)
     write_run(rec, out)
     return rec
