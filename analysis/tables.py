@@ -33,6 +33,17 @@ def _config_key(rec: RunRecord) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def condition_of(rec: RunRecord) -> dict[str, Any]:
+    """The condition's parameters from the run's scenario: rate (DAG/s), σ, L, duration, hardware."""
+    sc = rec.meta.get("scenario") or {}
+    pr = sc.get("prompts") or {}
+    f, d = pr.get("prefix_tokens"), pr.get("suffix_tokens")
+    sigma = pr.get("sharing") if pr.get("sharing") is not None else (f / (f + d) if f is not None and d else None)
+    length = pr.get("length") if pr.get("length") is not None else ((f or 0) + (d or 0) or None)
+    return {"rate": (sc.get("arrivals") or {}).get("rate"), "sigma": sigma, "length": length,
+            "duration": sc.get("duration_s"), "hw": rec.meta.get("hardware")}
+
+
 def run_table(runs: list[RunRecord]) -> pd.DataFrame:
     rows = []
     seen: dict[tuple[str, str, str], str] = {}
@@ -43,7 +54,7 @@ def run_table(runs: list[RunRecord]) -> pd.DataFrame:
         if seen.setdefault(key, ck) != ck:
             raise RecordError(f"runs of {'/'.join(key)} differ in configuration or scenario; refusing to "
                               "pool them (give them different labels)")
-        rows.append({**lab, "source": rec.meta.get("source", "sim"), **run_metrics(rec)})
+        rows.append({**lab, "source": rec.meta.get("source", "sim"), **condition_of(rec), **run_metrics(rec)})
     return pd.DataFrame(rows)
 
 
@@ -87,6 +98,7 @@ def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
                 continue
             gap = paired_gap(x.to_numpy(), y.to_numpy())
             rows.append({"condition": cond, "arm": arm, "pair": f"{a['config'].iloc[0]}/{b['config'].iloc[0]}",
+                         "rate": a["rate"].iloc[0], "sigma": a["sigma"].iloc[0], "duration": a["duration"].iloc[0],
                          "metric": m, "gap": gap.ratio, "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
                          "significant": gap.significant, "n": gap.n})
     return pd.DataFrame(rows)
@@ -118,11 +130,41 @@ def dispersion_table(rt: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def workload_table(rt: pd.DataFrame) -> pd.DataFrame:
+    """Workload realisation per condition: requests measured, nominal and realised offered load."""
+    rows = []
+    for cond, g in rt.groupby("condition", sort=True):
+        rows.append({"condition": cond, "rate": g["rate"].iloc[0], "sigma": g["sigma"].iloc[0],
+                     "length": g["length"].iloc[0], "duration": g["duration"].iloc[0], "runs": len(g),
+                     "requests_per_run": float(g["n"].mean()), "offered_nominal": float(g["offered_load"].mean()),
+                     "offered_realised": float(g["realised_load"].mean()),
+                     "realised_cv_across_seeds": float(g.groupby("seed")["realised_load"].mean().std(ddof=1)
+                                                       / g["realised_load"].mean()) if g["seed"].nunique() > 1
+                     else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def control_arm_table(rt: pd.DataFrame, defaults: str = "defaults", matched: str = "matched") -> pd.DataFrame:
+    """Control-arm stability: the second configuration (unchanged between arms) matched over defaults."""
+    rows = []
+    for cond, g in rt.groupby("condition", sort=True):
+        d = g[(g["arm"] == defaults) & (g["config_index"] == 1)].set_index("seed")
+        m = g[(g["arm"] == matched) & (g["config_index"] == 1)].set_index("seed")
+        seeds = sorted(set(d.index) & set(m.index))
+        if not seeds:
+            continue
+        row: dict[str, Any] = {"condition": cond, "config": d["config"].iloc[0], "seeds": len(seeds)}
+        for metric in ("ttft_p50", "ttft_p95", "tpot_p50", "throughput"):
+            row[f"{metric}_ratio"] = geomean(m.loc[seeds, metric] / d.loc[seeds, metric])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def all_tables(runs: list[RunRecord]) -> dict[str, pd.DataFrame]:
     rt = run_table(runs)
     gaps = gap_table(rt)
     return {"runs": rt, "absolute": absolute_table(rt), "gaps": gaps, "decomposition": decomposition_table(gaps),
-            "dispersion": dispersion_table(rt)}
+            "dispersion": dispersion_table(rt), "workload": workload_table(rt), "control_arm": control_arm_table(rt)}
 
 
 def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:

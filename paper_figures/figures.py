@@ -130,6 +130,14 @@ def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
         ("decomposition", lambda: decomposition(tables, out)),
         ("ttft_vs_rate", lambda: ttft_vs_rate(tables["runs"], out)),
         ("throughput", lambda: throughput(tables["runs"], out)), ("ttft_cdf", lambda: ttft_cdf(runs, out))]
+    from paper_figures import study_figures as sf
+    rt, gaps = tables["runs"], tables["gaps"]
+    makers += [("tpot_vs_rate", lambda: sf.tpot_vs_rate(rt, out)), ("fluid_model", lambda: sf.fluid(rt, out)),
+               ("sharing", lambda: sf.sharing(rt, gaps, out)), ("variability", lambda: sf.variability(rt, out)),
+               ("gaps_vs_rate", lambda: sf.gaps_vs(gaps, "rate", out, "gaps_vs_rate", "arrival rate λ (DAG/s)")),
+               ("gap_vs_run_length", lambda: sf.gaps_vs(gaps, "duration", out, "gap_vs_run_length",
+                                                        "run length T (s)")),
+               ("gap_by_arm", lambda: sf.gap_by_arm(gaps, out))]
     for name, make in makers:
         try:
             made.append(make())

@@ -33,7 +33,7 @@ def build_report(runs: list[RunRecord], out: str | Path, title: str = "servetwin
              f"<p>{len(runs)} runs: {sum(r.meta.get('source') == 'sim' for r in runs)} simulated, "
              f"{sum(r.meta.get('source') == 'live' for r in runs)} live. Gaps are the first configuration of an arm "
              "over the second, geometric means over seeds with 95% log-scale t intervals.</p>"]
-    for name in ("decomposition", "gaps", "absolute", "dispersion"):
+    for name in ("decomposition", "gaps", "absolute", "workload", "control_arm", "dispersion"):
         parts += [f"<h2>{name}</h2>", _table(tables[name])]
     with tempfile.TemporaryDirectory() as d:
         made = headline_figures(runs, Path(d))

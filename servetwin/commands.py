@@ -137,7 +137,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
                 print(f"# {k}")
                 print(v.to_csv(index=False), end="")
     else:
-        for k in ("absolute", "gaps", "decomposition", "dispersion"):
+        for k in ("workload", "absolute", "gaps", "decomposition", "control_arm", "dispersion"):
             print(f"## {k}\n")
             print(to_markdown(tables[k]))
     return 0

@@ -1,0 +1,201 @@
+"""The study's remaining figures: TPOT against rate, the fluid model, the sharing sweep, variability,
+gaps across the rate sweep, and ablations (gap per arm; gap against run length). Each takes the run
+table of ``analysis.tables`` (one row per run, with its condition's rate, σ and duration) and raises
+MissingRuns naming the runs it needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.fluid import closed_loop_wait, fluid_wait, shortfall
+from analysis.stats import geomean
+from paper_figures.figures import MissingRuns
+from paper_figures.style import MARKERS, color, new, save
+
+
+def _by_config(rt: pd.DataFrame, x: str, metric: str) -> list[tuple[str, str, str, pd.Series]]:
+    out = []
+    for (arm, cfg, src), g in rt.dropna(subset=[x]).groupby(["arm", "config", "source"], sort=True):
+        pos = g[g[metric] > 0]
+        if pos.empty:
+            continue
+        out.append((str(arm), str(cfg), str(src), pos.groupby(x)[metric].apply(lambda s: geomean(s)).sort_index()))
+    return out
+
+
+def _need(rt: pd.DataFrame, col: str, k: int, what: str) -> None:
+    if rt[col].dropna().nunique() < k:
+        raise MissingRuns(what)
+
+
+def tpot_vs_rate(rt: pd.DataFrame, out: Path) -> Path:
+    _need(rt, "rate", 2, "TPOT against rate needs runs at two or more arrival rates")
+    fig, axes = new(4.6, 3.4)
+    ax = axes[0][0]
+    for arm, cfg, src, s in _by_config(rt, "rate", "tpot_p50"):
+        ax.plot(s.index, s.values * 1000, marker=MARKERS.get(arm, "o"), color=color(cfg),
+                mfc=color(cfg) if src == "sim" else "none", label=f"{cfg} ({arm}, {src})")
+    ax.set_xlabel("arrival rate λ (DAG/s)")
+    ax.set_ylabel("TPOT p50 (ms)")
+    ax.legend(fontsize=7)
+    return save(fig, out / "tpot_vs_rate.png")
+
+
+def _paired(rt: pd.DataFrame) -> pd.DataFrame:
+    """vLLM-like (first configuration) and SGLang-like (second) runs of the same condition, arm and seed."""
+    rows = []
+    for (cond, arm), g in rt.groupby(["condition", "arm"], sort=True):
+        idx = sorted(g["config_index"].unique())
+        if len(idx) < 2:
+            continue
+        a = g[g["config_index"] == idx[0]].set_index("seed")
+        b = g[g["config_index"] == idx[1]].set_index("seed")
+        for seed in sorted(set(a.index) & set(b.index)):
+            rows.append({"condition": cond, "arm": arm, "seed": seed, "duration": a.loc[seed, "duration"],
+                         "rate": a.loc[seed, "rate"], "ttft_v": a.loc[seed, "ttft_p50"],
+                         "ttft_s": b.loc[seed, "ttft_p50"], "x_v": a.loc[seed, "throughput"],
+                         "x_s": b.loc[seed, "throughput"]})
+    return pd.DataFrame(rows)
+
+
+def fluid(rt: pd.DataFrame, out: Path) -> Path:
+    """Left: predicted against measured median TTFT of the slower engine (open and closed-loop models).
+    Right: the gap the open model predicts against the throughput shortfall, for three run lengths."""
+    p = _paired(rt)
+    if p.empty:
+        raise MissingRuns("the fluid model needs paired runs of two configurations (same condition and seed)")
+    fig, axes = new(8.4, 3.6, ncols=2)
+    ax, bx = axes[0]
+    p = p.assign(delta=[shortfall(v, s) for v, s in zip(p["x_v"], p["x_s"], strict=True)])
+    open_ = p["ttft_s"] + [fluid_wait(d, T) for d, T in zip(p["delta"], p["duration"], strict=True)]
+    # the engine that keeps pace measures the realised arrival rate: X_s requests/s = X_s / 6 DAGs/s
+    closed = p["ttft_s"] + [closed_loop_wait(v, max(s, v) / 6, [1, 4, 1], T) for v, s, T in
+                            zip(p["x_v"], p["x_s"], p["duration"], strict=True)]
+    ax.scatter(p["ttft_v"], open_, s=16, color="#1f6fb4", label="open fluid model")
+    ax.scatter(p["ttft_v"], closed, s=16, marker="s", facecolors="none", edgecolors="#d1495b",
+               label="closed-loop model")
+    lim = [float(min(p["ttft_v"].min(), p["ttft_s"].min())) * 0.8, float(max(p["ttft_v"].max(), open_.max())) * 1.3]
+    ax.plot(lim, lim, "k-", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured median TTFT, first configuration (s)")
+    ax.set_ylabel("predicted (s)")
+    ax.legend(fontsize=7)
+    d = np.linspace(0, 0.6, 61)
+    base = float(np.median(p["ttft_s"]))
+    for T in (300, 600, 1200):
+        bx.plot(d, [(base + fluid_wait(x, T)) / base for x in d], label=f"T = {T} s")
+    bx.scatter(p["delta"], p["ttft_v"] / p["ttft_s"], s=14, color="k", label="runs")
+    bx.set_yscale("log")
+    bx.set_xlabel("throughput shortfall δ = 1 − X₁/X₂")
+    bx.set_ylabel("median TTFT gap (log)")
+    bx.legend(fontsize=7)
+    return save(fig, out / "fluid_model.png")
+
+
+def sharing(rt: pd.DataFrame, gaps: pd.DataFrame, out: Path) -> Path:
+    _need(rt, "sigma", 2, "the sharing figures need runs at two or more sharing ratios σ")
+    fig, axes = new(12.0, 3.4, ncols=3)
+    ax, bx, cx = axes[0]
+    rates = sorted(rt["rate"].dropna().unique())
+    styles = ["-", "--", ":", "-."]
+    for k, rate in enumerate(rates):
+        for arm, cfg, src, s in _by_config(rt[rt["rate"] == rate], "sigma", "ttft_p50"):
+            ax.plot(s.index, s.values, styles[k % 4], marker=MARKERS.get(arm, "o"), color=color(cfg),
+                    mfc=color(cfg) if src == "sim" else "none", label=f"{cfg} ({arm}, λ={rate:g})")
+    ax.set_yscale("log")
+    ax.set_xlabel("prefix sharing σ")
+    ax.set_ylabel("median TTFT (s)")
+    ax.legend(fontsize=6)
+    g = gaps[(gaps["metric"] == "ttft_p50")].dropna(subset=["sigma"]).sort_values("sigma") if not gaps.empty else gaps
+    for (arm, rate), ga in (g.groupby(["arm", "rate"], sort=True) if not g.empty else []):
+        err = [ga["gap"] - ga["ci_lo"].fillna(ga["gap"]), ga["ci_hi"].fillna(ga["gap"]) - ga["gap"]]
+        bx.errorbar(ga["sigma"], ga["gap"], yerr=err, marker=MARKERS.get(str(arm), "o"), capsize=3,
+                    ls=styles[rates.index(rate) % 4] if rate in rates else "-", label=f"{arm}, λ={rate:g}")
+        for _, r in ga[ga["significant"]].iterrows():
+            bx.annotate("*", (r["sigma"], r["gap"]), textcoords="offset points", xytext=(4, 4))
+    bx.axhline(1.0, color="k", lw=0.8)
+    bx.set_yscale("log")
+    bx.set_xlabel("prefix sharing σ")
+    bx.set_ylabel("paired gap, TTFT p50 (* p < 0.05)")
+    bx.legend(fontsize=6)
+    for k, rate in enumerate(rates):
+        for arm, cfg, _src, s in _by_config(rt[rt["rate"] == rate], "sigma", "kv_peak"):
+            cx.plot(s.index, s.values, styles[k % 4], marker=MARKERS.get(arm, "o"), color=color(cfg))
+    cx.set_xlabel("prefix sharing σ")
+    cx.set_ylabel("peak KV-cache utilisation")
+    return save(fig, out / "sharing.png")
+
+
+def variability(rt: pd.DataFrame, out: Path) -> Path:
+    _need(rt, "rate", 2, "variability against rate needs runs at two or more arrival rates")
+    fig, axes = new(8.4, 3.4, ncols=2)
+    ax, bx = axes[0]
+    for (arm, cfg), g in rt.dropna(subset=["rate"]).groupby(["arm", "config"], sort=True):
+        tail = g.groupby("rate")["tail_ratio"].mean()
+        spread = g.groupby("rate")["ttft_p50"].apply(lambda s: float(np.log(s).std(ddof=1)) if len(s) > 1 else np.nan)
+        ax.plot(tail.index, tail.values, marker=MARKERS.get(str(arm), "o"), color=color(str(cfg)),
+                label=f"{cfg} ({arm})")
+        bx.plot(spread.index, spread.values, marker=MARKERS.get(str(arm), "o"), color=color(str(cfg)))
+    ax.set_xlabel("arrival rate λ (DAG/s)")
+    ax.set_ylabel("tail ratio p95/p50 of TTFT")
+    bx.set_xlabel("arrival rate λ (DAG/s)")
+    bx.set_ylabel("spread of run medians (sd of ln p50)")
+    ax.legend(fontsize=7)
+    return save(fig, out / "variability.png")
+
+
+def gaps_vs(gaps: pd.DataFrame, x: str, out: Path, name: str, xlabel: str) -> Path:
+    """Gap against x, only across conditions that differ in x alone (rate for run length, and so on)."""
+    g = gaps.dropna(subset=[x]) if not gaps.empty else gaps
+    if not g.empty:
+        # the study's rate sweep changes the run length with the rate, so only σ is held for rate
+        others = ["sigma"] if x == "rate" else [c for c in ("rate", "sigma") if c != x]
+        sizes = g.groupby(others, dropna=False)[x].transform("nunique")
+        g = g[sizes >= 2]
+    if g.empty or g[x].nunique() < 2:
+        raise MissingRuns(f"{name} needs paired gaps at two or more values of {x} with everything else fixed")
+    fig, axes = new(4.8, 3.4)
+    ax = axes[0][0]
+    for (arm, metric), ga in g[g["metric"].isin(["ttft_p50", "ttft_p95"])].groupby(["arm", "metric"], sort=True):
+        ga = ga.sort_values(x)
+        err = [ga["gap"] - ga["ci_lo"].fillna(ga["gap"]), ga["ci_hi"].fillna(ga["gap"]) - ga["gap"]]
+        ax.errorbar(ga[x], ga["gap"], yerr=err, marker=MARKERS.get(str(arm), "o"), capsize=3,
+                    ls="-" if metric == "ttft_p50" else "--", label=f"{arm}, {metric.replace('_', ' ')}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("paired gap (log, 95% CI)")
+    ax.legend(fontsize=7)
+    return save(fig, out / f"{name}.png")
+
+
+def gap_by_arm(gaps: pd.DataFrame, out: Path) -> Path:
+    """Ablations: the paired gap of each arm (e.g. SGLang FCFS vs LPM, block sizes, GPUs)."""
+    if gaps.empty or gaps["arm"].nunique() < 2:
+        raise MissingRuns("gap by arm needs paired runs in two or more arms")
+    g = gaps[gaps["metric"].isin(["ttft_p50", "ttft_p95"])]
+    labels = sorted({(str(c), str(a)) for c, a in zip(g["condition"], g["arm"], strict=True)})
+    fig, axes = new(max(5.0, 0.9 * len(labels)), 3.6)
+    ax = axes[0][0]
+    for j, metric in enumerate(("ttft_p50", "ttft_p95")):
+        gm = g[g["metric"] == metric].set_index(["condition", "arm"])
+        xs, ys, lo, hi = [], [], [], []
+        for k, key in enumerate(labels):
+            if key in gm.index:
+                r = gm.loc[key]
+                xs.append(k + (j - 0.5) * 0.3)
+                ys.append(float(r["gap"]))
+                lo.append(float(r["gap"] - (r["ci_lo"] if pd.notna(r["ci_lo"]) else r["gap"])))
+                hi.append(float((r["ci_hi"] if pd.notna(r["ci_hi"]) else r["gap"]) - r["gap"]))
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o" if j == 0 else "s", capsize=3, label=metric.replace("_", " "))
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)), [f"{c}\n{a}" for c, a in labels], fontsize=7)
+    ax.set_ylabel("paired gap (first / second configuration)")
+    ax.legend(fontsize=7)
+    return save(fig, out / "gap_by_arm.png")
+
