@@ -29,15 +29,14 @@ def _arg(cfg: dict[str, Any], name: str) -> Any:
 
 def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Preset and overrides reproducing a live run's resolved configuration."""
-    cpu = cfg.get("device") == "cpu" or "cpu" in str(cfg.get("device_config", ""))
+    # On a CPU there are no CUDA graphs, but the profile's "graph" step overhead is what the probes fit for
+    # pure-decode steps and its "eager" one for steps with prefill, so the graph limit stays as resolved.
     if "schedule_policy" in cfg or "chunked_prefill_size" in cfg:
         sg = {k: cfg[k] for k in ("schedule_policy", "chunked_prefill_size", "max_total_tokens",
                                    "max_running_requests", "context_length", "max_prefill_tokens") if cfg.get(k)}
         for k in ("disable_radix_cache", "disable_overlap_schedule"):
             if cfg.get(k) is not None:
                 sg[k] = bool(cfg[k])
-        if cpu:
-            sg["cuda_graph_max_bs"] = 0                # no CUDA graphs on the CPU path
         preset = "sglang-0.4.1" if str(cfg.get("version", "")).startswith("0.4") else "sglang-current"
         return preset, sg
     version = str(cfg.get("version", ""))
@@ -53,8 +52,6 @@ def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     policy = _arg(cfg, "scheduling_policy")
     if policy:
         over["scheduling_policy"] = policy
-    if cpu:
-        over["cuda_graph_max_bs"] = 0
     tokens = cfg.get("kv_cache_size_tokens")
     blocks = cfg.get("num_gpu_blocks") if not tokens else int(tokens) // bs
     if blocks:
