@@ -14,7 +14,7 @@ import pandas as pd
 
 from analysis.metrics import run_metrics
 from analysis.records import RunRecord, write_run
-from analysis.stats import paired_gap
+from analysis.stats import paired_gap, removed_fraction
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
@@ -109,7 +109,31 @@ def gap_comparison(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, model: str) -> dict[str, pd.DataFrame]:
+def decomposition(gaps: pd.DataFrame, defaults_pair: str, matched_pair: str) -> pd.DataFrame:
+    """φ measured and simulated from the gaps of a defaults pair and a matched pair ("a/b" labels; the
+    order inside a pair does not matter: both are read as the gap table states them)."""
+    def pick(pair: str, metric: str) -> pd.Series | None:
+        a, b = pair.split("/", 1)
+        for name in (f"{a}/{b}", f"{b}/{a}"):
+            row = gaps[(gaps["pair"] == name) & (gaps["metric"] == metric)]
+            if not row.empty:
+                return row.iloc[0]
+        return None
+    rows = []
+    for metric in ("ttft_p50", "ttft_p95", "e2e_p50", "throughput"):
+        d, m = pick(defaults_pair, metric), pick(matched_pair, metric)
+        if d is None or m is None:
+            continue
+        row: dict[str, Any] = {"metric": metric}
+        for src in ("measured", "simulated"):
+            phi = removed_fraction(float(d[f"{src}_gap"]), float(m[f"{src}_gap"]))
+            row[f"{src}_phi"] = phi if phi is not None else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, model: str,
+            phi_pairs: tuple[str, str] | None = None) -> dict[str, pd.DataFrame]:
     pairs = []
     for live in live_runs:
         if live.meta.get("source") != "live":
@@ -121,4 +145,8 @@ def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, mode
     if not pairs:
         raise ServetwinError("compare: no live runs among the inputs")
     table = side_by_side(pairs)
-    return {"side_by_side": table, "gaps": gap_comparison(table)}
+    gaps = gap_comparison(table)
+    out = {"side_by_side": table, "gaps": gaps}
+    if phi_pairs:
+        out["decomposition"] = decomposition(gaps, *phi_pairs)
+    return out

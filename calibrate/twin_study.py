@@ -15,7 +15,6 @@ with --quick: one rate, 2 seeds, 40-second runs.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Any
 import pandas as pd
 
 from analysis.records import find_runs, read_run
-from analysis.stats import removed_fraction
 from analysis.tables import to_markdown
 from calibrate.compare import compare
 from calibrate.probe_fit import fit_probes
@@ -101,27 +99,13 @@ def summarise(out: Path) -> str:
         gaps = gaps[gaps["pair"].isin(keep)]
         from paper_figures.figures import measured_vs_simulated
         measured_vs_simulated(sbs, out / "figures" / cond)
+        from calibrate.compare import decomposition as phi_table
         parts += [f"## {cond}: measured vs simulated per configuration\n", to_markdown(
             sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()),
                   f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
-                  f"\n## {cond}: decomposition φ (TTFT p50, p95)\n", to_markdown(decomposition(gaps))]
+                  f"\n## {cond}: decomposition φ\n",
+                  to_markdown(phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"])))]
     return "\n".join(parts)
-
-
-def decomposition(gaps: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    d_pair, m_pair = "/".join(sorted(PAIRS["defaults"])), "/".join(sorted(PAIRS["matched"]))
-    for metric in ("ttft_p50", "ttft_p95", "throughput"):
-        d = gaps[(gaps["pair"] == d_pair) & (gaps["metric"] == metric)]
-        m = gaps[(gaps["pair"] == m_pair) & (gaps["metric"] == metric)]
-        if d.empty or m.empty:
-            continue
-        row: dict[str, Any] = {"metric": metric}
-        for src in ("measured", "simulated"):
-            phi = removed_fraction(float(d[f"{src}_gap"].iloc[0]), float(m[f"{src}_gap"].iloc[0]))
-            row[f"{src}_phi"] = phi if phi is not None else math.nan
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

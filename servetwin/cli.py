@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
     p.add_argument("--figures", default=None, metavar="DIR", help="also draw measured vs simulated per metric")
+    p.add_argument("--phi", nargs=2, default=None, metavar=("DEFAULTS_PAIR", "MATCHED_PAIR"),
+                   help="decomposition φ measured and simulated, e.g. vllm-nochunk/sglang vllm-c512/sglang-c512")
     p.set_defaults(fn=c.cmd_compare)
 
     p = sub.add_parser("report", help="one self-contained HTML page: tables, figures, resolved configurations")

@@ -261,7 +261,7 @@ def cmd_calibrate_fit(a: argparse.Namespace) -> int:
 def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare
-    tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model)
+    tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None)
     if a.figures:
         from paper_figures.figures import measured_vs_simulated
         measured_vs_simulated(tables["side_by_side"], Path(a.figures))

@@ -79,9 +79,12 @@ def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_tr
         write_run(rec, tmp_path / "live" / eng)
     from analysis.records import find_runs, read_run
     lives = [read_run(p) for p in find_runs([tmp_path / "live"])]
-    tables = compare(lives, tmp_path / "sim", "l4", "llama-3.1-8b")
+    tables = compare(lives, tmp_path / "sim", "l4", "llama-3.1-8b",
+                     ("vllm-v1-as-live/vllm-0.6.3-as-live", "vllm-0.6.3-as-live/vllm-v1-as-live"))
     sbs = tables["side_by_side"]
     errs = sbs["rel_error"].dropna()
     assert len(errs) >= 10 and (errs.abs() < 1e-9).all()
     g = tables["gaps"]
     assert not g.empty and np.allclose(g["measured_gap"], g["simulated_gap"])
+    d = tables["decomposition"]
+    assert np.allclose(d["measured_phi"].fillna(0), d["simulated_phi"].fillna(0))
