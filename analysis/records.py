@@ -80,6 +80,9 @@ def write_run(rec: RunRecord, out: str | Path) -> Path:
     if missing:
         raise RecordError(f"run metadata lacks {missing}")
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.*"):      # left by a writer killed mid-write
+        if stale.is_dir() and not stale.name.endswith(".live"):
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         meta = {"schema_version": SCHEMA_VERSION, **rec.meta}
