@@ -50,12 +50,6 @@ def _q(s: pd.Series, q: float) -> float:
     return float(s.quantile(q)) if len(s) else float("nan")
 
 
-def _arrivals_within(rec: RunRecord, df: pd.DataFrame) -> int:
-    """Requests the trace offered within the run window (issuable before T)."""
-    T = float(rec.meta["run_window"]["duration_s"])
-    return int((df["planned_s"] < T).sum() + df["planned_s"].isna().sum() * 0)
-
-
 def run_metrics(rec: RunRecord) -> dict[str, Any]:
     m = measured(rec)
     ok = m[m["ok"]]

@@ -130,7 +130,7 @@ class Prompts(_Frozen):
         if not lsig and not fd:
             object.__setattr__(self, "length", 4096)
             object.__setattr__(self, "sharing", 0.9)
-        if self.F >= 0 and self.D < 1:
+        if self.D < 1:
             raise ValueError(f"prompts: σ={self.sharing} at L={self.length} leaves no unique suffix token")
         return self
 

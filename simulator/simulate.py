@@ -37,7 +37,7 @@ def graph_limit(cfg: EngineConfig) -> int:
     return int(cfg.cuda_graph_max_bs or 0)
 
 
-def _requests_frame(reqs: list[Request | None], trace: Trace, planned: np.ndarray) -> pd.DataFrame:
+def _requests_frame(reqs: list[Request | None], trace: Trace) -> pd.DataFrame:
     a = trace.arrays
     rows = []
     lens = trace.prompt_lengths()
@@ -86,7 +86,7 @@ def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
     replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every)
     driver = DagDriver(env, trace, replica.submit, replica.abort, timeout_s, record_tokens)
     env.run()
-    reqs = _requests_frame(driver.requests, trace, driver.planned)
+    reqs = _requests_frame(driver.requests, trace)
     c = sched.counters
     meta = {
         "run_id": run_id_for(trace, engine, cfg, hw.name, mp.name), "source": "sim",
