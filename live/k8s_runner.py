@@ -35,6 +35,8 @@ class PodInfo:
 class JobResult:
     succeeded: bool
     log: str
+    start_unix: float = 0.0
+    end_unix: float = 0.0
 
 
 class KubeApi(Protocol):
@@ -87,11 +89,13 @@ def passed(log: str) -> bool:
 class K8sCampaign:
     def __init__(self, api: KubeApi, job_template: dict[str, Any], out: str | Path, pause_s: float = 30.0,
                  retries: int = 2, ready_timeout_s: float = 1800.0, job_timeout_s: float = 7200.0,
-                 sleep: Callable[[float], None] = time.sleep, max_condition_repeats: int = 2):
+                 sleep: Callable[[float], None] = time.sleep, max_condition_repeats: int = 2,
+                 prometheus: Callable[[float, float], Any] | None = None):
         self.api, self.template, self.out = api, job_template, Path(out)
         self.pause_s, self.retries = pause_s, retries
         self.ready_timeout_s, self.job_timeout_s = ready_timeout_s, job_timeout_s
         self.sleep, self.max_repeats = sleep, max_condition_repeats
+        self.prometheus = prometheus          # (start_unix, end_unix) → telemetry DataFrame for the window
         self._first = True
 
     def _dir(self, arm: str, cond: str, seed: int) -> Path:
@@ -160,6 +164,9 @@ class K8sCampaign:
             ok = res.succeeded and passed(res.log)
             d.mkdir(parents=True, exist_ok=True)
             (d / f"attempt-{attempt + 1}.log").write_text(res.log)
+            if self.prometheus is not None and res.end_unix > res.start_unix:
+                self.prometheus(res.start_unix, res.end_unix).to_parquet(d / f"attempt-{attempt + 1}.telemetry.parquet",
+                                                                         index=False)
             if ok:
                 self._save(d / "status.json", {"passed": True, "attempts": attempt + 1})
                 out.status[key] = "passed"
@@ -229,6 +236,7 @@ class KubernetesApi:
 
     def run_job(self, job: dict[str, Any], timeout_s: float) -> JobResult:
         name = job["metadata"]["name"]
+        start = time.time()
         self.batch.create_namespaced_job(self.ns, job)
         deadline = time.time() + timeout_s
         while time.time() < deadline:
@@ -236,7 +244,7 @@ class KubernetesApi:
             if st.succeeded or st.failed:
                 pods = self.core.list_namespaced_pod(self.ns, label_selector=f"job-name={name}").items
                 log = "".join(self.pod_log(p.metadata.name) for p in pods)
-                return JobResult(bool(st.succeeded), log)
+                return JobResult(bool(st.succeeded), log, start, time.time())
             time.sleep(self.poll_s)
         return JobResult(False, f"job {name} did not finish within {timeout_s} s")
 
@@ -260,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("campaign")
     ap.add_argument("--out", required=True)
     ap.add_argument("--restart", action="store_true", help="measure a serving-pod restart instead")
+    ap.add_argument("--prometheus", default=None, help="Prometheus URL (e.g. a port-forward) for each run's window")
     a = ap.parse_args(argv)
     api = KubernetesApi()
     if a.restart:
@@ -274,7 +283,20 @@ def main(argv: list[str] | None = None) -> int:
     template = next(yaml.safe_load_all(Path(c["job"]).read_text()))
     arms = [Arm(x["label"], render_mod.render(x["overlay"]), x.get("expected", {}), x["conditions"],
                 tuple(x.get("seeds", (1, 2, 3)))) for x in c["arms"]]
-    out = K8sCampaign(api, template, a.out, c.get("pause_s", 30.0), c.get("retries", 2)).run(arms)
+    prom = None
+    if a.prometheus:
+        import asyncio
+
+        import httpx
+
+        from live.telemetry import prometheus_range
+
+        def prom(start: float, end: float) -> Any:
+            async def q() -> Any:
+                async with httpx.AsyncClient(timeout=30) as cl:
+                    return await prometheus_range(cl, a.prometheus, start, end, start)
+            return asyncio.run(q())
+    out = K8sCampaign(api, template, a.out, c.get("pause_s", 30.0), c.get("retries", 2), prometheus=prom).run(arms)
     print(json.dumps({"status": out.status, "refused": out.refused, "repeated": out.repeated_conditions}, indent=2))
     return 1 if out.refused or "failed" in out.status.values() else 0
 

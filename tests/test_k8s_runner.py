@@ -49,7 +49,9 @@ class FakeKube:
 
     def run_job(self, job: dict[str, Any], timeout_s: float) -> JobResult:
         self.jobs_run.append(job)
-        return self.jobs.pop(0) if self.jobs else JobResult(True, GOOD)
+        res = self.jobs.pop(0) if self.jobs else JobResult(True, GOOD)
+        res.start_unix, res.end_unix = 1000.0 * len(self.jobs_run), 1000.0 * len(self.jobs_run) + 600.0
+        return res
 
     def delete_pod(self, pod: str) -> None:
         self.deleted.append(pod)
@@ -119,3 +121,18 @@ def test_restart_measurement_reports_event_offsets():
     marks = restart_measurement(FakeKube(["node-a"], []))
     assert {"Scheduled", "Pulled", "Started", "Ready"} <= set(marks)
     assert marks["Scheduled"] < marks["Pulled"] < marks["Started"]
+
+
+def test_prometheus_window_is_collected_per_run(tmp_path: Path):
+    import pandas as pd
+    windows = []
+
+    def prom(start: float, end: float) -> pd.DataFrame:
+        windows.append((start, end))
+        return pd.DataFrame({"t_s": [0.0, 5.0], "kv_usage": [0.1, 0.2], "waiting": [0, 1], "running": [1, 2],
+                             "preemptions": [0, 0], "prefix_hit_tokens": [0, 10], "prefix_query_tokens": [0, 20]})
+    api = FakeKube(["node-a"], [])
+    K8sCampaign(api, template(), tmp_path, sleep=lambda s: None, prometheus=prom).run([arm({})])
+    assert windows == [(1000.0, 1600.0), (2000.0, 2600.0), (3000.0, 3600.0)]
+    t = pd.read_parquet(tmp_path / "vllm-defaults" / "rate-0.12" / "seed-2" / "attempt-1.telemetry.parquet")
+    assert list(t["kv_usage"]) == [0.1, 0.2]
