@@ -17,7 +17,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/servetwin paper --quick --out servetwin-out
 
-test: $(STAMP) engine engine-sglang prometheus
+test: $(STAMP) engine engine-sglang prometheus checkov
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 lint: $(STAMP)
@@ -62,4 +62,14 @@ $(SGLANG_VENV)/.installed:
 	$(SGLANG_VENV)/bin/pip install -q --no-deps "sglang==0.5.23"
 	$(SGLANG_VENV)/bin/python live/sglang_cpu/patch_torchvision.py \
 	  $$($(SGLANG_VENV)/bin/python -c "import importlib.util as u; print(u.find_spec('torchvision').submodule_search_locations[0])")/_meta_registrations.py
+	touch $@
+
+# checkov in its own virtual environment (it pins many libraries of its own).
+CHECKOV_VENV ?= .checkov-venv
+.PHONY: checkov
+checkov: $(CHECKOV_VENV)/.installed
+
+$(CHECKOV_VENV)/.installed:
+	$(PY) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q "checkov>=3.2"
 	touch $@
