@@ -29,6 +29,7 @@ NAMESPACE = "servetwin"
 class PodInfo:
     name: str
     node: str
+    image_ids: tuple[str, ...] = ()      # image digests as the kubelet resolved them
 
 
 @dataclass
@@ -119,6 +120,7 @@ class K8sCampaign:
             try:
                 pod = self.api.wait_ready(SELECTOR, self.ready_timeout_s)
                 resolved = cc.parse_log(self.api.pod_log(pod.name))
+                resolved["image_ids"] = list(pod.image_ids)
                 self._save(self.out / arm.label / "resolved_config.json", resolved)
                 bad = cc.mismatches(arm.expected, cc.resolved(resolved, {}, {}))
                 if bad:
@@ -227,7 +229,8 @@ class KubernetesApi:
             for p in self.core.list_namespaced_pod(self.ns, label_selector=selector).items:
                 conds = {c.type: c.status for c in (p.status.conditions or [])}
                 if conds.get("Ready") == "True" and p.metadata.deletion_timestamp is None:
-                    return PodInfo(p.metadata.name, p.spec.node_name)
+                    ids = tuple(c.image_id for c in (p.status.container_statuses or []))
+                    return PodInfo(p.metadata.name, p.spec.node_name, ids)
             time.sleep(self.poll_s)
         raise TimeoutError(f"no ready pod for {selector} within {timeout_s} s")
 

@@ -23,8 +23,8 @@ K8S_VERSION = "1.30.0"
 
 
 def _validate(doc: dict) -> None:
-    if doc["apiVersion"].startswith("ray.io"):
-        return                                           # a KubeRay CRD: not in the core schemas
+    if doc["apiVersion"].startswith(("ray.io", "monitoring.coreos.com")):
+        return                                           # CRDs (KubeRay, Prometheus operator): not core schemas
     kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 

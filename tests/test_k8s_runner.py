@@ -42,7 +42,7 @@ class FakeKube:
 
     def wait_ready(self, selector: str, timeout_s: float) -> PodInfo:
         node = self.nodes.pop(0) if len(self.nodes) > 1 else self.nodes[0]
-        return PodInfo("engine-abc", node)
+        return PodInfo("engine-abc", node, ("docker.io/vllm/vllm-openai@sha256:0123abcd",))
 
     def pod_log(self, pod: str) -> str:
         return self.log
@@ -83,7 +83,7 @@ def test_runs_jobs_one_at_a_time_and_resumes(tmp_path: Path):
     assert env["SEED"] == "1" and "enable_chunked_prefill=False" in env["EXPECT"]
     assert api.deleted == ["engine"] and "Deployment" in api.applied
     resolved = json.loads((tmp_path / "vllm-defaults" / "resolved_config.json").read_text())
-    assert resolved["num_gpu_blocks"] == 1291
+    assert resolved["num_gpu_blocks"] == 1291 and resolved["image_ids"][0].endswith("sha256:0123abcd")
     api2 = FakeKube(["node-a"], [])
     out2 = runner(api2, tmp_path).run([arm({"enable_prefix_caching": True})])
     assert set(out2.status.values()) == {"skipped"} and not api2.jobs_run and not api2.applied
