@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.fluid import closed_loop_wait, fluid_wait, shortfall
 from analysis.stats import geomean
+from analysis.tables import _pairs
 from paper_figures.figures import MissingRuns
 from paper_figures.style import MARKERS, color, new, save
 
@@ -45,15 +46,10 @@ def tpot_vs_rate(rt: pd.DataFrame, out: Path) -> Path:
 
 
 def _paired(rt: pd.DataFrame) -> pd.DataFrame:
-    """vLLM-like (first configuration) and SGLang-like (second) runs of the same condition, arm and seed."""
+    """First and second configurations of the same condition, arm and seed (the tables' pairing)."""
     rows = []
-    for (cond, arm), g in rt.groupby(["condition", "arm"], sort=True):
-        idx = sorted(g["config_index"].unique())
-        if len(idx) < 2:
-            continue
-        a = g[g["config_index"] == idx[0]].set_index("seed")
-        b = g[g["config_index"] == idx[1]].set_index("seed")
-        for seed in sorted(set(a.index) & set(b.index)):
+    for cond, arm, a, b in _pairs(rt):
+        for seed in a.index:
             rows.append({"condition": cond, "arm": arm, "seed": seed, "duration": a.loc[seed, "duration"],
                          "rate": a.loc[seed, "rate"], "ttft_v": a.loc[seed, "ttft_p50"],
                          "ttft_s": b.loc[seed, "ttft_p50"], "x_v": a.loc[seed, "throughput"],

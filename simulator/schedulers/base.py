@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.cost_model import BatchShape
 from simulator.request import Request
@@ -61,3 +62,41 @@ class SchedulerBase:
                 if req.is_finished:
                     done.append(req)
         return done
+
+
+class BlockSchedulerBase(SchedulerBase):
+    """What vLLM's V0 and V1 schedulers share over a BlockCache: completion (promote newly full blocks,
+    free finished requests), client aborts and the integrity contract. Subclasses set ``cache`` and
+    ``max_seqs``."""
+
+    cache: Any
+    max_seqs: int
+
+    def kv_usage(self) -> float:
+        return float(self.cache.usage())
+
+    def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
+        done = self.advance(step, now)
+        for r, _ in step.items:
+            if r.engine is not None:
+                self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
+        for r in done:
+            self.cache.free(r, now)
+            r.release_tokens()
+        if done:
+            fin = {id(r) for r in done}
+            self.running = [r for r in self.running if id(r) not in fin]
+        return done
+
+    def abort(self, r: Request, now: float) -> None:
+        """The client gave up (request timeout): drop r wherever it is and free its blocks."""
+        if r in self.waiting:
+            self.waiting.remove(r)
+        elif any(x is r for x in self.running):
+            self.cache.free(r, now)
+            self.running = [x for x in self.running if x is not r]
+
+    def check_integrity(self) -> None:
+        self.cache.check_integrity(self.running)
+        assert len(self.running) <= self.max_seqs, "max_num_seqs exceeded"
+        assert all(r.engine is None for r in self.waiting), "a waiting request holds blocks"

@@ -18,11 +18,11 @@ from simulator.block_cache import AllocStatus, BlockCache
 from simulator.config import VllmV0Config
 from simulator.cost_model import BatchShape
 from simulator.request import Request
-from simulator.schedulers.base import SchedulerBase, Step
+from simulator.schedulers.base import BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
 
 
-class VllmV0Scheduler(SchedulerBase):
+class VllmV0Scheduler(BlockSchedulerBase):
     family = "vllm-v0"
 
     def __init__(self, cfg: VllmV0Config):
@@ -35,11 +35,9 @@ class VllmV0Scheduler(SchedulerBase):
         self.watermark_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
         self.prompt_limit = cfg.max_model_len if self.chunked else min(cfg.max_model_len, self.budget)
         self.order = get_ordering(cfg.scheduling_policy)
+        self.max_seqs = cfg.max_num_seqs
 
     # --- shared pieces ---------------------------------------------------------------------------
-    def kv_usage(self) -> float:
-        return self.cache.usage()
-
     def _ordered_waiting(self) -> None:
         if self.cfg.scheduling_policy != "fcfs" and len(self.waiting) > 1:
             self.waiting = deque(self.order(list(self.waiting), self._hit_tokens))
@@ -175,32 +173,3 @@ class VllmV0Scheduler(SchedulerBase):
         items = decodes + partial + new
         kind = "decode" if not partial and not new else ("prefill" if not decodes else "mixed")
         return Step(kind, items, shape)
-
-    # --- completion ------------------------------------------------------------------------------
-    def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
-        done = self.advance(step, now)
-        for r, _ in step.items:
-            if r.engine is not None:
-                self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
-        for r in done:
-            self.cache.free(r, now)
-            r.release_tokens()
-        if done:
-            fin = {id(r) for r in done}
-            self.running = [r for r in self.running if id(r) not in fin]
-        return done
-
-    def abort(self, r: Request, now: float) -> None:
-        """The client gave up (request timeout): drop r wherever it is and free its blocks."""
-        if r in self.waiting:
-            self.waiting.remove(r)
-        elif any(x is r for x in self.running):
-            self.cache.free(r, now)
-            self.running = [x for x in self.running if x is not r]
-
-    def check_integrity(self) -> None:
-        live = self.running
-        self.cache.check_integrity(live)
-        assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"
-        assert all(r.engine is None for r in self.waiting), "a waiting request holds blocks"
-

@@ -17,11 +17,11 @@ from simulator.block_cache import BlockCache, evictable_among, share_hits
 from simulator.config import VllmV1Config
 from simulator.cost_model import BatchShape
 from simulator.request import Request
-from simulator.schedulers.base import SchedulerBase, Step
+from simulator.schedulers.base import BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
 
 
-class VllmV1Scheduler(SchedulerBase):
+class VllmV1Scheduler(BlockSchedulerBase):
     family = "vllm-v1"
 
     def __init__(self, cfg: VllmV1Config):
@@ -31,9 +31,7 @@ class VllmV1Scheduler(SchedulerBase):
         self.cache = BlockCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching, "v1")
         self.watermark_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
         self.order = get_ordering(cfg.scheduling_policy)
-
-    def kv_usage(self) -> float:
-        return self.cache.usage()
+        self.max_seqs = cfg.max_num_seqs
 
     def _hit_blocks(self, r: Request) -> int:
         if not self.cache.prefix_caching:
@@ -132,29 +130,3 @@ class VllmV1Scheduler(SchedulerBase):
             return None
         kind = "decode" if shape.is_pure_decode else ("prefill" if shape.decodes == 0 else "mixed")
         return Step(kind, items, shape)
-
-    def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
-        done = self.advance(step, now)
-        for r, _ in step.items:
-            if r.engine is not None:
-                self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
-        for r in done:
-            self.cache.free(r, now)
-            r.release_tokens()
-        if done:
-            fin = {id(r) for r in done}
-            self.running = [r for r in self.running if id(r) not in fin]
-        return done
-
-    def abort(self, r: Request, now: float) -> None:
-        """The client gave up (request timeout): drop r wherever it is and free its blocks."""
-        if r in self.waiting:
-            self.waiting.remove(r)
-        elif any(x is r for x in self.running):
-            self.cache.free(r, now)
-            self.running = [x for x in self.running if x is not r]
-
-    def check_integrity(self) -> None:
-        self.cache.check_integrity(self.running)
-        assert len(self.running) <= (self.cfg.max_num_seqs or 0), "max_num_seqs exceeded"
-        assert all(r.engine is None for r in self.waiting), "a waiting request holds blocks"
