@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import numpy as np
 
+from live.gc_pacer import GcPacer, SendSchedule
 from live.records import JsonlSink, LiveRequest
 from live.sse import MalformedStream, chunk_tokens, events
 from scenarios.trace import Trace
@@ -38,6 +39,7 @@ class DispatchConfig:
     return_token_ids: bool = True
     ignore_eos: bool = True
     max_connections: int = 1024
+    gc_pacing: bool = True                # run the garbage collector only between planned sends
     text_prompts: Callable[[int], str] | None = None   # chat: request index → prompt text
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -78,9 +80,13 @@ async def stream_one(client: httpx.AsyncClient, cfg: DispatchConfig, rec: LiveRe
                 loop = asyncio.get_running_loop()
                 stalled = False
                 try:
-                    async with asyncio.timeout(cfg.stall_s) as watchdog:   # re-armed at every chunk
-                        async for obj in events(resp.aiter_lines()):
-                            watchdog.reschedule(loop.time() + cfg.stall_s)
+                    # Re-armed lazily (at most once per `grace`): fires between stall_s and stall_s + grace
+                    # after the last chunk, never early, without a new timer per chunk.
+                    grace = min(1.0, 0.1 * cfg.stall_s)
+                    async with asyncio.timeout_at(loop.time() + cfg.stall_s + grace) as watchdog:
+                        async for obj in events(resp.aiter_bytes()):
+                            if (when := watchdog.when()) is not None and when - loop.time() < cfg.stall_s:
+                                watchdog.reschedule(loop.time() + cfg.stall_s + grace)
                             now = time.perf_counter() - t0
                             if obj is None:
                                 break
@@ -88,7 +94,7 @@ async def stream_one(client: httpx.AsyncClient, cfg: DispatchConfig, rec: LiveRe
                 except TimeoutError:
                     stalled = True
                 if stalled:
-                    rec.error, rec.detail = "stall", f"no chunk for {cfg.stall_s} s"
+                    rec.error, rec.detail = "stall", f"no chunk for at least {cfg.stall_s} s"
                     return rec
     except TimeoutError:
         rec.error, rec.detail = "timeout", f"request exceeded {cfg.timeout_s} s"
@@ -141,8 +147,10 @@ def _finish(rec: LiveRequest, usage_tokens: int | None) -> None:
 class Replay:
     """One run: warm-up requests, then the trace on its schedule; records go to ``sink`` as they finish."""
 
-    def __init__(self, trace: Trace, cfg: DispatchConfig, sink: JsonlSink, client: httpx.AsyncClient):
-        self.trace, self.cfg, self.sink, self.client = trace, cfg, sink, client
+    def __init__(self, trace: Trace, cfg: DispatchConfig, sink: JsonlSink,
+                 client: httpx.AsyncClient | Sequence[httpx.AsyncClient]):
+        self.trace, self.cfg, self.sink = trace, cfg, sink
+        self.clients = [client] if isinstance(client, httpx.AsyncClient) else list(client)
         a = trace.arrays
         self.pending = np.diff(a["pred_offsets"]).astype(np.int64)
         self.succ = trace.successors()
@@ -150,6 +158,8 @@ class Replay:
         self.tasks: set[asyncio.Task[None]] = set()
         self.done = 0
         self.t0 = 0.0
+        self.schedule = SendSchedule()
+        self.pacer: GcPacer | None = GcPacer(self.schedule) if cfg.gc_pacing else None
 
     def _prompt(self, i: int) -> list[int] | str:
         if self.cfg.api == "chat":
@@ -163,14 +173,14 @@ class Replay:
         for k in range(self.cfg.warmup):
             prompt = [int(x) for x in rng.integers(3, 1000, size=64)]
             rec = LiveRequest(-1 - k, -1, "warmup", 0.0, 64, 8, warmup=True)
-            await stream_one(self.client, self.cfg, rec, prompt if self.cfg.api != "chat" else "warm up", 0.0)
+            await stream_one(self.clients[0], self.cfg, rec, prompt if self.cfg.api != "chat" else "warm up", 0.0)
 
     async def _request(self, i: int, planned: float) -> None:
         a = self.trace.arrays
         rec = LiveRequest(i, int(a["dag"][i]), self.trace.role_name(i), planned, int(self.lens[i]),
                           int(a["max_tokens"][i]))
         try:
-            await stream_one(self.client, self.cfg, rec, self._prompt(i), self.t0)
+            await stream_one(self.clients[i % len(self.clients)], self.cfg, rec, self._prompt(i), self.t0)
         finally:
             self.sink.write(rec)
             self.done += 1
@@ -181,22 +191,35 @@ class Replay:
                 self._spawn(s, finished + float(a["delay_s"][s]))
 
     def _spawn(self, i: int, planned: float) -> None:
+        self.schedule.plan(i, self.t0 + planned)
         task = asyncio.create_task(self._at(i, planned))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _at(self, i: int, planned: float) -> None:
         target = self.t0 + planned
-        while (delay := target - time.perf_counter()) > 0:     # timers may fire early: never send early
-            await asyncio.sleep(delay)
+        try:
+            while (delay := target - time.perf_counter()) > 0:     # timers may fire early: never send early
+                await asyncio.sleep(delay)
+        finally:
+            self.schedule.sent(i)
         await self._request(i, planned)
 
     async def run(self) -> None:
         a = self.trace.arrays
         roots = self.trace.roots()
         planned = a["arrival_s"][roots] + a["delay_s"][roots]
+        if self.pacer:
+            self.pacer.freeze()
         self.t0 = time.perf_counter()
         for i, p in sorted(zip(roots.tolist(), planned.tolist(), strict=True), key=lambda x: (x[1], x[0])):
             self._spawn(i, float(p))
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        stop = asyncio.Event()
+        pacing = asyncio.create_task(self.pacer.run(stop)) if self.pacer else None
+        try:
+            while self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        finally:
+            stop.set()
+            if pacing:
+                await pacing
