@@ -34,6 +34,8 @@ def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if "schedule_policy" in cfg or "chunked_prefill_size" in cfg:
         sg = {k: cfg[k] for k in ("schedule_policy", "chunked_prefill_size", "max_total_tokens",
                                    "max_running_requests", "context_length", "max_prefill_tokens") if cfg.get(k)}
+        if cfg.get("attention_backend"):
+            sg["attention_backend"] = str(cfg["attention_backend"])
         for k in ("disable_radix_cache", "disable_overlap_schedule"):
             if cfg.get(k) is not None:
                 sg[k] = bool(cfg[k])

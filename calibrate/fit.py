@@ -17,7 +17,7 @@ from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
 PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "step_graph_s", "step_eager_s", "per_seq_s")
-BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.5, 4.0),
+BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.02, 4.0),
           "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01)}
 
 
@@ -41,7 +41,8 @@ class FitResult:
 
 
 def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Sequence[BatchShape],
-              measured_s: Sequence[float], free: Sequence[str] = PARAMS, graph_max_bs: int = 256) -> FitResult:
+              measured_s: Sequence[float], free: Sequence[str] = PARAMS, graph_max_bs: int = 256,
+              extend_full_attention: bool = False) -> FitResult:
     """Fit the ``free`` coefficients to measured step times (relative least squares, bounded)."""
     y = np.asarray(measured_s, dtype=float)
     free = list(free)
@@ -50,7 +51,8 @@ def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Se
     x0 = np.array([min(max(start[p], BOUNDS[p][0]), BOUNDS[p][1]) for p in free])
 
     def predict(x: np.ndarray) -> np.ndarray:
-        cm = CostModel(with_params(hw, family, dict(zip(free, x, strict=True))), model, family, 1, graph_max_bs)
+        cm = CostModel(with_params(hw, family, dict(zip(free, x, strict=True))), model, family, 1, graph_max_bs,
+                       extend_full_attention)
         return np.array([cm.step_time(b) for b in batches])
 
     res = least_squares(lambda x: (predict(x) - y) / y, x0, bounds=([BOUNDS[p][0] for p in free],

@@ -12,8 +12,9 @@ from calibrate.fit import FitResult, fit_steps, write_profile
 from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape
 from simulator.profiles import load_hardware, load_model
+from simulator.simulate import FULL_EXTEND_BACKENDS
 
-FREE = ("eta_compute", "eta_bandwidth", "step_graph_s", "step_eager_s", "per_seq_s")
+FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "step_graph_s", "step_eager_s", "per_seq_s")
 
 
 def _mixed_shape(n: int, c: int, cfg: dict[str, Any], family: str) -> tuple[BatchShape, int]:
@@ -35,60 +36,88 @@ def _mixed_shape(n: int, c: int, cfg: dict[str, Any], family: str) -> tuple[Batc
 
 
 def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[BatchShape, float, str]]:
-    """(shape, seconds, kind) per probe: median over repeats of the same shape."""
+    """(shape, seconds, kind) per probe shape: the median over repeats."""
     if rec.meta.get("source") != "probe":
         raise ServetwinError(f"{rec.path}: not a probe record (source {rec.meta.get('source')!r})")
-    bs = int(rec.meta.get("engine_config", {}).get("block_size") or 16)
+    cfg = rec.meta.get("engine_config", {})
+    bs = int(cfg.get("block_size") or 16)
     req = rec.requests.set_index("request_id")
     groups: dict[tuple[str, int, int, int], list[float]] = {}
+    by_length: dict[tuple[int, int], dict[int, list[float]]] = {}     # decode: (ctx, c) → length → E2E
     for p in rec.meta["probes"]:
         r = req.loc[p["request_id"]]
         if not bool(r["ok"]):
             continue
-        if p["kind"] == "mixed":         # the prompt's prefill window spread over its steps
-            w = rec.meta.get("mixed_windows", {}).get(str(p["request_id"]))
-            if not w or w["window_s"] <= 0:
-                continue
-            _, steps = _mixed_shape(p["new_tokens"], p["concurrency"], rec.meta.get("engine_config", {}), family)
-            y = float(w["window_s"]) / steps
-        elif p["kind"] == "decode":      # TPOT: robust to chunks that arrive bunched together
-            n = int(r["output_tokens"])
-            span = float(r["last_token_s"] - r["first_token_s"])
-            if n < 4 or span < 0.2 * float(r["last_token_s"] - r["send_s"]):
-                continue          # tokens delivered in a burst: the stream does not show the decode steps
-            y = span / (n - 1)
-        else:
-            y = float(r["first_token_s"] - r["send_s"])
-        groups.setdefault((p["kind"], p["new_tokens"], p["context"], p["concurrency"]), []).append(y)
+        key = (p["kind"], p["new_tokens"], p["context"], p["concurrency"])
+        if p["kind"] == "decode" and p.get("max_tokens", 1) > 1:
+            by_length.setdefault((p["context"], p["concurrency"]), {}).setdefault(
+                int(p["max_tokens"]), []).append(float(r["last_token_s"] - r["send_s"]))
+            continue
+        y = _legacy_or_single(p, r, rec, cfg, family)
+        if y is not None:
+            groups.setdefault(key, []).append(y)
+    for (ctx, c), lengths in by_length.items():
+        if len(lengths) >= 2:
+            lo, hi = min(lengths), max(lengths)
+            y = (float(np.median(lengths[hi])) - float(np.median(lengths[lo]))) / (hi - lo)
+            if y > 0:
+                groups[("decode", 1, ctx, c)] = [y]
     out = []
     for (kind, n, ctx, c), ys in sorted(groups.items()):
-        b = BatchShape()
-        if kind == "prefill":
-            b.add_prefill(n, 0, True)
-        elif kind == "cached":
-            hit = (ctx // bs) * bs                  # whole cached blocks of the shared part
-            b.add_prefill(n + ctx - hit, hit, True)
-        elif kind == "mixed":
-            b, _ = _mixed_shape(n, c, rec.meta.get("engine_config", {}), family)
-        else:
-            for _ in range(c):
-                b.add_decode(ctx)
-        out.append((b, float(np.median(ys)), kind))
+        out.append((_shape(kind, n, ctx, c, bs, cfg, family), float(np.median(ys)), kind))
     return out
+
+
+def _legacy_or_single(p: dict[str, Any], r: Any, rec: RunRecord, cfg: dict[str, Any], family: str) -> float | None:
+    """One request's observation for prefill, cached and mixed probes (and decode probes recorded
+    before the two-length design, from chunk spacing)."""
+    if p["kind"] == "mixed":         # the prompt's prefill window spread over its steps
+        w = rec.meta.get("mixed_windows", {}).get(str(p["request_id"]))
+        if not w or w["window_s"] <= 0:
+            return None
+        _, steps = _mixed_shape(p["new_tokens"], p["concurrency"], cfg, family)
+        return float(w["window_s"]) / steps
+    if p["kind"] == "decode":
+        n = int(r["output_tokens"])
+        span = float(r["last_token_s"] - r["first_token_s"])
+        if n < 4 or span < 0.2 * float(r["last_token_s"] - r["send_s"]):
+            return None           # tokens delivered in a burst: the stream does not show the decode steps
+        return span / (n - 1)
+    return float(r["first_token_s"] - r["send_s"])
+
+
+def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], family: str) -> BatchShape:
+    b = BatchShape()
+    if kind == "prefill":
+        b.add_prefill(n, 0, True)
+    elif kind == "cached":
+        hit = (ctx // bs) * bs                  # whole cached blocks of the shared part
+        b.add_prefill(n + ctx - hit, hit, True)
+    elif kind == "mixed":
+        b, _ = _mixed_shape(n, c, cfg, family)
+    else:
+        for _ in range(c):
+            b.add_decode(ctx)
+    return b
 
 
 def fit_probes(paths: list[str | Path], engine_family: str, model: str, base: str,
                out: str | Path) -> tuple[FitResult, list[tuple[BatchShape, float, str]]]:
-    obs = [o for p in paths for o in observations(read_run(p), engine_family)]
+    recs = [read_run(p) for p in paths]
+    obs = [o for r in recs for o in observations(r, engine_family)]
+    backends = {r.meta.get("engine_config", {}).get("attention_backend") for r in recs}
+    full = bool(backends & set(FULL_EXTEND_BACKENDS))
     if len(obs) < len(FREE):
         raise ServetwinError(f"only {len(obs)} usable probe observations; need at least {len(FREE)}")
     hw, mp = load_hardware(base), load_model(model)
-    res = fit_steps(hw, mp, engine_family, [o[0] for o in obs], [o[1] for o in obs], free=FREE)
+    res = fit_steps(hw, mp, engine_family, [o[0] for o in obs], [o[1] for o in obs], free=FREE,
+                    extend_full_attention=full)
     quality: dict[str, Any] = {"method": "bounded relative least squares on probe step times",
                                "r2": round(res.r2, 4), "mape": round(res.mape, 4), "observations": len(obs),
                                "per_probe_error": [{"kind": k, "measured_s": round(y, 6), "error": round(e, 4)}
                                                    for (_, y, k), e in zip(obs, res.residuals, strict=True)],
-                               "probes": [str(p) for p in paths]}
+                               "probes": [str(p) for p in paths],
+                               "attention": "whole-sequence extend (torch_native)" if full else "new tokens only"}
     write_profile(hw.path, out, engine_family, res.params, f"fitted by servetwin calibrate fit on {len(obs)} probes",
                   quality)
     _rename(Path(out))

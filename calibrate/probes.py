@@ -4,14 +4,20 @@
   TTFT ≈ one prefill step of n uncached tokens;
 - ``cached``: a prompt of L tokens is sent once, then the same L tokens plus a unique suffix of d tokens:
   TTFT ≈ a prefill step of the uncached remainder over a cached context;
-- ``decode``: c requests at once with unique prompts, many output tokens: time per output token ≈
-  one decode step of batch c at the probe's context;
+- ``decode``: c requests at once with unique prompts of P tokens, once with a short and once with a long
+  output; the difference of their end-to-end times over the difference of their lengths ≈ one decode step
+  of batch c at context P + (short + long) / 2. Differencing cancels the prefill and any coalescing of
+  tokens into chunks by the server (vLLM's CPU build delivers whole runs of tokens in one chunk when its
+  API process is starved of CPU, so chunk spacing does not show its decode steps). Two prompt lengths pin
+  the cost of reading KV at long context;
 - ``mixed``: while c requests decode, one prompt of n uncached tokens arrives; the decode streams' time per
   token inside its prefill window ≈ the steps that carry its chunks (mixed with the decodes where the engine
   batches them together, prefill-only where it does not).
 
-Each probe is repeated; results are a RunRecord (``source: probe``) whose ``run.json`` lists every probe
-request's kind and shape."""
+The whole plan is first run once unrecorded (``warm_passes``): an engine meeting a batch shape for the
+first time can be several times slower (SGLang's CPU path: 30 ms → 0.3–1 s), which is not the steady
+cost the simulator models. Each probe is then repeated; results are a RunRecord (``source: probe``)
+whose ``run.json`` lists every probe request's kind and shape."""
 
 from __future__ import annotations
 
@@ -38,9 +44,11 @@ class ProbePlan:
     cached: tuple[tuple[int, int], ...] = ((512, 64), (2048, 64), (4096, 64), (4096, 512))
     decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     decode_prompt: int = 256
-    decode_tokens: int = 64
+    decode_contexts: tuple[int, ...] = (256, 2048)     # prompt lengths of the decode probes
+    decode_tokens: int = 64                           # the long output; the short one is a quarter of it
     mixed: tuple[tuple[int, int], ...] = ((2048, 4), (4096, 8))      # (prompt tokens, decoding requests)
     repeats: int = 3
+    warm_passes: int = 1
     vocab: tuple[int, int] = (2, 4096)
 
 
@@ -52,6 +60,7 @@ class ProbeRow:
     context: int
     concurrency: int
     repeat: int
+    max_tokens: int = 1
 
 
 class Prober:
@@ -81,22 +90,31 @@ class Prober:
         return rec
 
     async def run(self) -> None:
-        p = self.plan
         for _ in range(2):                                   # warm-up, discarded
             await self._send(self._ids(64), 4, None)
-        for k in range(p.repeats):
-            for n in p.prefill_lengths:
-                await self._send(self._ids(n), 1, ProbeRow(0, "prefill", n, 0, 1, k))
-            for L, d in p.cached:
-                base = self._ids(L)
-                await self._send(base, 1, None)                          # warm the prefix
-                await self._send(base + self._ids(d), 1, ProbeRow(0, "cached", d, L, 1, k))
+        for _ in range(self.plan.warm_passes):               # every shape once, discarded
+            await self._pass(None)
+        for k in range(self.plan.repeats):
+            await self._pass(k)
+
+    async def _pass(self, k: int | None) -> None:
+        """Every probe once; recorded as repeat k (None: a warm pass, not recorded)."""
+        p = self.plan
+        for n in p.prefill_lengths:
+            await self._send(self._ids(n), 1, None if k is None else ProbeRow(0, "prefill", n, 0, 1, k))
+        for L, d in p.cached:
+            base = self._ids(L)
+            await self._send(base, 1, None)                          # warm the prefix
+            await self._send(base + self._ids(d), 1, None if k is None else ProbeRow(0, "cached", d, L, 1, k))
+        short = max(2, p.decode_tokens // 4)
+        for prompt in p.decode_contexts:
+            ctx = prompt + (short + p.decode_tokens) // 2
             for c in p.decode_batches:
-                prompts = [self._ids(p.decode_prompt) for _ in range(c)]
-                rows = [ProbeRow(0, "decode", 1, p.decode_prompt + p.decode_tokens // 2, c, k) for _ in range(c)]
-                await asyncio.gather(*[self._send(pr, p.decode_tokens, r) for pr, r in zip(prompts, rows, strict=True)])
-            for n, c in p.mixed:
-                await self._mixed(n, c, k)
+                for out in (short, p.decode_tokens):
+                    rows = [None if k is None else ProbeRow(0, "decode", 1, ctx, c, k, out) for _ in range(c)]
+                    await asyncio.gather(*[self._send(self._ids(prompt), out, r) for r in rows])
+        for n, c in p.mixed:
+            await self._mixed(n, c, -1 if k is None else k)
 
     async def _mixed(self, n: int, c: int, k: int) -> None:
         """c long decodes; once they stream, a prompt of n tokens; the window's decode rate is recorded
@@ -104,7 +122,7 @@ class Prober:
         longs = [asyncio.create_task(self._send(self._ids(self.plan.decode_prompt), 4 * self.plan.decode_tokens, None))
                  for _ in range(c)]
         await asyncio.sleep(0.5)
-        await self._send(self._ids(n), 1, ProbeRow(0, "mixed", n, 0, c, k))
+        await self._send(self._ids(n), 1, ProbeRow(0, "mixed", n, 0, c, k) if k >= 0 else None)
         await asyncio.gather(*longs)
 
 def _mixed_windows(pr: Prober, chunks: pd.DataFrame) -> dict[str, dict[str, float]]:

@@ -8,8 +8,9 @@ profile; measured and simulated tables side by side.
 Arms (labels): defaults = vllm-nochunk (chunked prefill off, as vLLM 0.6.3's default) vs sglang-lpm (its
 resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets);
 ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its
-fitted simulated twin. Without --quick: two rates and a sharing sweep, 3 seeds each (about 45 minutes);
-with --quick: one rate, 2 seeds, 40-second runs.
+fitted simulated twin. Without --quick: two rates and a sharing sweep, 3 seeds each, 45-second runs
+(about 50 minutes); with --quick: one rate, 2 seeds, 40-second runs (about 20 minutes). The profiles are
+fitted on probes only, so every study seed is held out from the fit.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.out)
     seeds = [1, 2] if a.quick else [1, 2, 3]
-    duration = 40.0 if a.quick else 90.0
+    duration = 40.0 if a.quick else 45.0
     conditions = [(a.rate or 1.0, 0.9)]
     # probes first (one engine of each kind), profiles, then the knee on the fitted twins
     run_live_cells(out, [], seeds, duration)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rate is None:
         sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
         cap = capacity_search(sc, "sglang-current", str(out / "profiles" / "cpu-sglang.yaml"), "tiny-llama",
-                              {"max_total_tokens": 65536, "cuda_graph_max_bs": 0, "schedule_policy": "lpm"},
+                              {"max_total_tokens": 65536, "schedule_policy": "lpm"},
                               lo=0.2, hi=4.0, seeds=(1,), context=8192)
         knee = cap.keeps_rate
         conditions = [(round(0.6 * knee, 2), 0.9)] if a.quick else [(round(0.6 * knee, 2), 0.9),

@@ -82,6 +82,7 @@ class SglangConfig(_Cfg):
     disable_radix_cache: bool = False
     page_size: int = Field(1, ge=1)
     tensor_parallel_size: int = Field(1, ge=1)
+    attention_backend: str | None = Field(None, description="None: torch_native on a CPU, flashinfer on CUDA")
 
 
 EngineConfig = VllmV0Config | VllmV1Config | SglangConfig

@@ -8,6 +8,11 @@ already in KV) and decodes j (context c_j),
     M     = W + κ_kv·KV·(Σc_i + Σc_j) + KV·T_new
     T     = overhead + per_seq·#seqs + sqrt((F/(η_c·P))² + (M/(η_b·BW))²)   (+ all-reduce under TP)
 
+An attention backend that attends a prefill chunk as if its whole sequence were new (SGLang's
+``torch_native`` backend, its path on a CPU without its AMX kernels: each request's query is padded to
+the full KV length and run through causal SDPA) pays Σ(c_i+q_i)(c_i+q_i+1)/2 pairs instead; the linear
+layers still see only q_i tokens, so a prefix hit saves those but not the attention.
+
 F and M are divided by the tensor-parallel degree; each layer adds two ring all-reduces of the
 activations. The overhead is the engine family's CUDA-graph step time for pure-decode batches within
 the graph limit and its eager step time otherwise.
@@ -28,6 +33,7 @@ class BatchShape:
     prefill_tokens: int = 0        # Σ q_i (uncached new tokens actually computed)
     prefill_ctx: int = 0           # Σ c_i
     prefill_pairs: float = 0.0     # Σ (q_i·c_i + q_i(q_i+1)/2)
+    prefill_full_pairs: float = 0.0  # Σ (c_i+q_i)(c_i+q_i+1)/2: the pairs if the whole sequence were attended
     prefill_seqs: int = 0
     sampling_prefills: int = 0     # prefill chunks that complete their prompt (LM head runs)
     decodes: int = 0               # |D|
@@ -37,6 +43,7 @@ class BatchShape:
         self.prefill_tokens += q
         self.prefill_ctx += c
         self.prefill_pairs += q * c + q * (q + 1) / 2
+        self.prefill_full_pairs += (q + c) * (q + c + 1) / 2
         self.prefill_seqs += 1
         self.sampling_prefills += int(samples)
 
@@ -69,8 +76,9 @@ class CostModel:
     """Step-time predictor for one engine family on one hardware profile and model."""
 
     def __init__(self, hw: HardwareProfile, model: ModelProfile, family: str, tp: int = 1,
-                 graph_max_bs: int = 256):
+                 graph_max_bs: int = 256, extend_full_attention: bool = False):
         self.hw, self.model, self.tp = hw, model, tp
+        self.extend_full_attention = extend_full_attention
         self.ovh: Overheads = hw.overhead(family)
         self.graph_max_bs = graph_max_bs
         kv = model.kv_bytes_per_token(1) / tp
@@ -87,7 +95,8 @@ class CostModel:
     def cost(self, b: BatchShape) -> StepCost:
         t_new = b.prefill_tokens + b.decodes
         s = b.decodes + b.sampling_prefills
-        flops = self._flin * t_new + self._flm * s + self._attn * (b.prefill_pairs + b.decode_ctx + b.decodes)
+        pairs = b.prefill_full_pairs if self.extend_full_attention else b.prefill_pairs
+        flops = self._flin * t_new + self._flm * s + self._attn * (pairs + b.decode_ctx + b.decodes)
         mem = self._w + self._kv_read * (b.prefill_ctx + b.decode_ctx) + self._kv_write * t_new
         comm = 0.0
         if self.tp > 1:

@@ -151,8 +151,10 @@ def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
     tp = c.tensor_parallel_size
     chunk = c.chunked_prefill_size if c.chunked_prefill_size is not None else _sglang_chunk(c, hw)
     graph_bs = c.cuda_graph_max_bs
-    if graph_bs is None:
-        graph_bs = (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
+    cpu = hw.device == "cpu"
+    if graph_bs is None:      # on a CPU: no graphs; every pure-decode step takes the decode-step overhead
+        graph_bs = 1 << 20 if cpu else (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
+    backend = c.attention_backend or ("torch_native" if cpu else "flashinfer")
     mf = c.mem_fraction_static or _sglang_mem_fraction(c, hw, max(chunk, 0), graph_bs)
     free_before = hw.memory_cuda_gib - hw.init_used_gib
     free_after = free_before - model.weight_bytes / tp / GIB
@@ -164,6 +166,7 @@ def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
     running = c.max_running_requests or min(pool // 2, max_num_reqs + 1)
     return c.model_copy(update={"context_length": ctx, "chunked_prefill_size": chunk,
                                 "cuda_graph_max_bs": graph_bs, "mem_fraction_static": mf,
+                                "attention_backend": backend,
                                 "max_total_tokens": pool, "max_running_requests": running})
 
 

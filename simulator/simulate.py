@@ -37,6 +37,14 @@ def graph_limit(cfg: EngineConfig) -> int:
     return int(cfg.cuda_graph_max_bs or 0)
 
 
+FULL_EXTEND_BACKENDS = ("torch_native",)
+
+
+def full_extend_attention(cfg: EngineConfig) -> bool:
+    """Whether the engine's attention backend attends a prefill chunk over its whole sequence."""
+    return getattr(cfg, "attention_backend", None) in FULL_EXTEND_BACKENDS
+
+
 def _requests_frame(reqs: list[Request | None], trace: Trace) -> pd.DataFrame:
     a = trace.arrays
     rows = []
@@ -79,7 +87,7 @@ def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
     mp = load_model(model) if isinstance(model, str) else model
     cfg = resolve(engine, hw, mp, context, overrides)
     sched = make_scheduler(cfg)
-    cost = CostModel(hw, mp, sched.family, cfg.tensor_parallel_size, graph_limit(cfg))
+    cost = CostModel(hw, mp, sched.family, cfg.tensor_parallel_size, graph_limit(cfg), full_extend_attention(cfg))
     env = simpy.Environment()
     tel = Telemetry(telemetry_interval_s)
     driver: DagDriver

@@ -18,7 +18,8 @@ from simulator import simulate
 from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import load_hardware, load_model
 
-TRUE = {"eta_compute": 0.2, "eta_bandwidth": 0.1, "step_graph_s": 0.0005, "step_eager_s": 0.008, "per_seq_s": 2e-5}
+TRUE = {"eta_compute": 0.2, "eta_bandwidth": 0.1, "kappa_kv": 0.3, "step_graph_s": 0.0005, "step_eager_s": 0.008,
+        "per_seq_s": 2e-5}
 
 
 def synthetic_probes(path: Path, noise: float, seed: int) -> None:
@@ -32,12 +33,12 @@ def synthetic_probes(path: Path, noise: float, seed: int) -> None:
     def add(kind: str, n: int, ctx: int, c: int, shape: BatchShape, tokens: int) -> None:
         nonlocal rid
         step = cm.step_time(shape) * (1 + rng.normal(0, noise))
-        first = 0.01 + (step if kind != "decode" else 0.05)
+        first = 0.01 + (step if kind != "decode" else 0.05 * c)     # decode: the c prompts' prefill first
         last = first + (tokens - 1) * step if kind == "decode" else first
         rows.append({"request_id": rid, "dag_id": rid, "role": "probe", "planned_s": 0.0, "send_s": 0.01,
                      "first_token_s": first, "last_token_s": last, "output_tokens": tokens, "prompt_tokens": n + ctx,
                      "cached_tokens": np.nan, "ok": True, "error": ""})
-        probes.append(dataclasses.asdict(ProbeRow(rid, kind, n, ctx, c, 0)))
+        probes.append(dataclasses.asdict(ProbeRow(rid, kind, n, ctx, c, 0, tokens)))
         rid += 1
     for _ in range(3):
         for n in plan.prefill_lengths:
@@ -48,12 +49,15 @@ def synthetic_probes(path: Path, noise: float, seed: int) -> None:
             b = BatchShape()
             b.add_prefill(d, L, True)
             add("cached", d, L, 1, b, 1)
-        for c in plan.decode_batches:
-            b = BatchShape()
-            for _ in range(c):
-                b.add_decode(288)
-            for _ in range(c):
-                add("decode", 1, 288, c, b, 64)
+        for prompt in plan.decode_contexts:             # two output lengths: the estimator differences them
+            ctx = prompt + (16 + 64) // 2
+            for c in plan.decode_batches:
+                b = BatchShape()
+                for _ in range(c):
+                    b.add_decode(ctx)
+                for out in (16, 64):
+                    for _ in range(c):
+                        add("decode", 1, ctx, c, b, out)
     meta = {"run_id": "p", "source": "probe", "trace_digest": "", "scenario": {}, "seed": 0, "engine": "probe",
             "engine_config": {"block_size": 32}, "hardware": "live", "model": "tiny-llama", "offered_load_rps": 0.0,
             "run_window": {"duration_s": 1.0}, "exclusion": {}, "telemetry_summary": {}, "versions": {},
@@ -61,12 +65,37 @@ def synthetic_probes(path: Path, noise: float, seed: int) -> None:
     write_run(RunRecord(meta=meta, requests=pd.DataFrame(rows)), path)
 
 
+def _held_out_shapes() -> list[BatchShape]:
+    out = []
+    for c, ctx in ((12, 1000), (3, 3000), (24, 600)):
+        b = BatchShape()
+        for _ in range(c):
+            b.add_decode(ctx)
+        out.append(b)
+    b = BatchShape()
+    b.add_prefill(3000, 0, True)
+    out.append(b)
+    b = BatchShape()
+    b.add_prefill(300, 1500, True)
+    out.append(b)
+    return out
+
+
 def test_probe_fit_recovers_known_coefficients(tmp_path: Path):
     synthetic_probes(tmp_path / "p", noise=0.02, seed=1)
     res, obs = fit_probes([tmp_path / "p"], "vllm-v1", "tiny-llama", "cpu-base", tmp_path / "fitted.yaml")
     assert res.r2 > 0.98 and res.mape < 0.05
-    for k in ("eta_compute", "eta_bandwidth", "step_eager_s"):
-        assert res.params[k] == pytest.approx(TRUE[k], rel=0.2), k
+    # Identifiable from these probes: the compute slope and the KV-read slope (κ_kv / η_b). With a tiny
+    # model the weight read is a constant per step, confounded with the step overheads; what matters is
+    # that step times of shapes never probed come out right.
+    assert res.params["eta_compute"] == pytest.approx(TRUE["eta_compute"], rel=0.2)
+    assert res.params["kappa_kv"] / res.params["eta_bandwidth"] == pytest.approx(
+        TRUE["kappa_kv"] / TRUE["eta_bandwidth"], rel=0.2)
+    true_cm = CostModel(with_params(load_hardware("cpu-base"), "vllm-v1", TRUE), load_model("tiny-llama"), "vllm-v1")
+    fit_cm = CostModel(with_params(load_hardware("cpu-base"), "vllm-v1", res.params), load_model("tiny-llama"),
+                       "vllm-v1")
+    for shape in _held_out_shapes():
+        assert fit_cm.step_time(shape) == pytest.approx(true_cm.step_time(shape), rel=0.08)
     hw = load_hardware(str(tmp_path / "fitted.yaml"))
     assert hw.eta_compute == pytest.approx(res.params["eta_compute"], rel=1e-4)
 
@@ -88,3 +117,17 @@ def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_tr
     assert not g.empty and np.allclose(g["measured_gap"], g["simulated_gap"])
     d = tables["decomposition"]
     assert np.allclose(d["measured_phi"].fillna(0), d["simulated_phi"].fillna(0))
+
+
+def test_twin_takes_the_live_runs_resolved_settings():
+    from calibrate.compare import engine_for
+    preset, over = engine_for({"version": "0.5.23", "schedule_policy": "lpm", "chunked_prefill_size": 512,
+                               "max_total_tokens": 65536, "attention_backend": "torch_native",
+                               "disable_radix_cache": False})
+    assert preset == "sglang-current"
+    assert over == {"schedule_policy": "lpm", "chunked_prefill_size": 512, "max_total_tokens": 65536,
+                    "attention_backend": "torch_native", "disable_radix_cache": False}
+    preset, over = engine_for({"version": "0.32.0", "block_size": 32, "enable_prefix_caching": True,
+                               "max_num_batched_tokens": 8192})
+    assert preset == "vllm-v1" and over == {"block_size": 32, "enable_prefix_caching": True,
+                                            "max_num_batched_tokens": 8192}

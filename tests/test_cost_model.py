@@ -90,3 +90,28 @@ def test_profile_without_source_refused(tmp_path: Path):
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match="no source"):
         load_hardware(str(bad))
+
+
+def test_whole_sequence_extend_attention():
+    """SGLang's torch_native backend (its CPU path) attends a chunk over the whole sequence: a prefix hit
+    saves the linear layers' work but not the attention's."""
+    hw, tiny = load_hardware("cpu-base"), load_model("tiny-llama")
+    new_only, whole = CostModel(hw, tiny, "sglang"), CostModel(hw, tiny, "sglang", extend_full_attention=True)
+    cached, cold = shape([(64, 4096)]), shape([(4160, 0)])
+    assert cached.prefill_full_pairs == cold.prefill_full_pairs == 4160 * 4161 / 2
+    extra = (cached.prefill_full_pairs - cached.prefill_pairs) * tiny.attention_flops_per_pair
+    assert whole.cost(cached).compute_s - new_only.cost(cached).compute_s == pytest.approx(
+        extra / (hw.eta_compute * hw.peak_flops))
+    assert whole.cost(cold).compute_s == pytest.approx(new_only.cost(cold).compute_s)   # no hit: same work
+    assert whole.step_time(cached) < whole.step_time(cold)          # the linear layers still see 64 tokens
+
+
+def test_cpu_device_resolves_sglang_cpu_defaults():
+    from simulator.presets import resolve
+    from simulator.simulate import full_extend_attention
+    tiny = load_model("tiny-llama")
+    cpu = resolve("sglang-current", load_hardware("cpu-base"), tiny, 8192, {"max_total_tokens": 65536})
+    gpu = resolve("sglang-current", load_hardware("l4"), M, 8192)
+    assert cpu.attention_backend == "torch_native" and full_extend_attention(cpu)
+    assert cpu.cuda_graph_max_bs is not None and cpu.cuda_graph_max_bs > 4096     # no graph limit on a CPU
+    assert gpu.attention_backend == "flashinfer" and not full_extend_attention(gpu) and gpu.cuda_graph_max_bs == 8

@@ -138,6 +138,7 @@ class HardwareProfile:
     kappa_kv: float
     overheads: dict[str, Overheads]
     path: str = ""
+    device: str = "cuda"          # "cpu": engines resolve their CPU defaults (no CUDA graphs, CPU kernels)
 
     def overhead(self, family: str) -> Overheads:
         if family not in self.overheads:
@@ -160,12 +161,15 @@ def load_model(name_or_path: str) -> ModelProfile:
 def load_hardware(name_or_path: str) -> HardwareProfile:
     data, where = _load("hardware", name_or_path)
     cost = data.get("cost") or {}
-    vals = _values(data, where, ("name", "description", "cost", "kind", "fit"))
+    vals = _values(data, where, ("name", "description", "cost", "kind", "fit", "device"))
     cvals = _values(cost, where, ("overheads",))
+    device = str(data.get("device", "cuda"))
+    if device not in ("cuda", "cpu"):
+        raise SpecError(f"{where}: device {device!r}; accepted: cuda, cpu")
     ovh = {fam: Overheads(**_values(o, f"{where} overheads.{fam}", ())) for fam, o in
            (cost.get("overheads") or {}).items()}
     try:
-        return HardwareProfile(name=str(data["name"]), overheads=ovh, path=where, **vals, **cvals)
+        return HardwareProfile(name=str(data["name"]), overheads=ovh, path=where, device=device, **vals, **cvals)
     except TypeError as err:
         raise SpecError(f"{where}: {err}") from None
 
