@@ -20,7 +20,7 @@ from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.simulate import simulate
 
-METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "throughput", "kv_peak", "prefix_hit_fraction")
+METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "throughput", "kv_peak", "prefix_hit_fraction", "pace")
 
 
 def _arg(cfg: dict[str, Any], name: str) -> Any:

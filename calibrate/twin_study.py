@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.metrics import KEEPS_PACE
 from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
@@ -101,12 +102,23 @@ def summarise(out: Path) -> str:
         from paper_figures.figures import measured_vs_simulated
         measured_vs_simulated(sbs, out / "figures" / cond)
         from calibrate.compare import decomposition as phi_table
-        parts += [f"## {cond}: measured vs simulated per configuration\n", to_markdown(
+        parts += [f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
+                  to_markdown(keeps_pace_table(sbs))]
+        parts += [f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(
             sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()),
                   f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
                   f"\n## {cond}: decomposition φ\n",
                   to_markdown(phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"])))]
     return "\n".join(parts)
+
+
+def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration: mean pace and the share of seeds keeping pace, measured and simulated."""
+    p = sbs[sbs["metric"] == "pace"]
+    return p.groupby("config").agg(
+        seeds=("seed", "nunique"), measured_pace=("measured", "mean"), simulated_pace=("simulated", "mean"),
+        measured_keeps=("measured", lambda x: float((x >= KEEPS_PACE).mean())),
+        simulated_keeps=("simulated", lambda x: float((x >= KEEPS_PACE).mean()))).reset_index()
 
 
 def main(argv: list[str] | None = None) -> int:

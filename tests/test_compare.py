@@ -131,3 +131,12 @@ def test_twin_takes_the_live_runs_resolved_settings():
                                "max_num_batched_tokens": 8192})
     assert preset == "vllm-v1" and over == {"block_size": 32, "enable_prefix_caching": True,
                                             "max_num_batched_tokens": 8192}
+
+
+def test_twin_study_keeps_pace_table():
+    from calibrate.twin_study import keeps_pace_table
+    sbs = pd.DataFrame({"config": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2], "metric": ["pace"] * 4,
+                        "measured": [0.99, 0.90, 1.0, 1.0], "simulated": [0.98, 0.98, 0.5, 1.0]})
+    t = keeps_pace_table(sbs).set_index("config")
+    assert t.loc["a", "measured_keeps"] == 0.5 and t.loc["a", "simulated_keeps"] == 1.0
+    assert t.loc["b", "simulated_pace"] == pytest.approx(0.75) and t.loc["b", "seeds"] == 2
