@@ -205,13 +205,20 @@ class Replay:
             self.schedule.sent(i)
         await self._request(i, planned)
 
-    async def run(self) -> None:
-        a = self.trace.arrays
-        roots = self.trace.roots()
-        planned = a["arrival_s"][roots] + a["delay_s"][roots]
+    def start_clock(self) -> float:
+        """Freeze what exists now out of the collector's reach (when pacing), then start the run's clock."""
         if self.pacer:
             self.pacer.freeze()
         self.t0 = time.perf_counter()
+        return self.t0
+
+    async def run(self) -> None:
+        """Replay the trace; the clock starts here unless ``start_clock`` was called."""
+        a = self.trace.arrays
+        roots = self.trace.roots()
+        planned = a["arrival_s"][roots] + a["delay_s"][roots]
+        if not self.t0:
+            self.start_clock()
         for i, p in sorted(zip(roots.tolist(), planned.tolist(), strict=True), key=lambda x: (x[1], x[0])):
             self._spawn(i, float(p))
         stop = asyncio.Event()

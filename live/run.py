@@ -145,8 +145,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
         scraper = tm.Scraper(cfg.endpoint.rstrip("/") + "/metrics", opts.metrics_interval_s)
         stop = asyncio.Event()
         start_unix = time.time()
-        replay.t0 = time.perf_counter()
-        scrape = asyncio.create_task(scraper.run(client, replay.t0, stop))
+        scrape = asyncio.create_task(scraper.run(client, replay.start_clock(), stop))
         try:
             await replay.run()
         except (asyncio.CancelledError, KeyboardInterrupt):
