@@ -25,12 +25,14 @@ import pandas as pd
 from analysis.metrics import KEEPS_PACE
 from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
-from calibrate.compare import compare
+from calibrate.compare import compare, gap_comparison
+from calibrate.compare import decomposition as phi_table
 from calibrate.probe_fit import fit_probes
 from calibrate.probes import ProbePlan, probe
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
+from paper_figures.figures import measured_vs_simulated
 from scenarios.compiler import compile_trace
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
@@ -85,31 +87,66 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
 
 
 def summarise(out: Path) -> str:
-    parts = []
+    parts: list[str] = []
+    checks: list[pd.DataFrame] = []
     for cond in sorted(p.name for p in (out / "live").iterdir()):
         lives = [read_run(p) for p in find_runs([out / "live" / cond])]
         by_family = {"vllm": out / "profiles" / "cpu-vllm.yaml", "sglang": out / "profiles" / "cpu-sglang.yaml"}
-        tables: dict[str, list[pd.DataFrame]] = {"side_by_side": [], "gaps": []}
+        sides = []
         for fam, prof in by_family.items():
             sub = [r for r in lives if CONFIGS[r.meta["engine"]][0] == fam]
-            t = compare(sub, out / "sim" / cond / fam, str(prof), "tiny-llama")
-            tables["side_by_side"].append(t["side_by_side"])
-        sbs = pd.concat(tables["side_by_side"], ignore_index=True)
-        from calibrate.compare import gap_comparison
+            sides.append(compare(sub, out / "sim" / cond / fam, str(prof), "tiny-llama")["side_by_side"])
+        sbs = pd.concat(sides, ignore_index=True)
         gaps = gap_comparison(sbs)
         keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
         gaps = gaps[gaps["pair"].isin(keep)]
-        from paper_figures.figures import measured_vs_simulated
         measured_vs_simulated(sbs, out / "figures" / cond)
-        from calibrate.compare import decomposition as phi_table
+        phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
+        per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
+        checks.append(target_checks(cond, gaps, phi, per_config))
         parts += [f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
-                  to_markdown(keeps_pace_table(sbs))]
-        parts += [f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(
-            sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()),
+                  to_markdown(keeps_pace_table(sbs)),
+                  f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(per_config),
                   f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
-                  f"\n## {cond}: decomposition φ\n",
-                  to_markdown(phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"])))]
-    return "\n".join(parts)
+                  f"\n## {cond}: decomposition φ\n", to_markdown(phi)]
+    table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
+    head = ["## Targets (profiles fitted on probes only: every study seed is held out)\n"]
+    if not table.empty:
+        by = table.groupby("target")["met"].agg(["sum", "count"]).reset_index()
+        head += [to_markdown(by.rename(columns={"sum": "met", "count": "cells"})), "", to_markdown(table), ""]
+    return "\n".join(head + parts)
+
+
+GAP_TOLERANCE, PHI_TOLERANCE, ENGINE_TOLERANCE = 0.20, 0.15, 0.15
+
+
+def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: pd.DataFrame) -> pd.DataFrame:
+    """One row per target and cell: the engine gap (TTFT p50/p95, throughput) within 20 % and on the same
+    side of 1; φ within ±0.15; per-engine TTFT p50 and E2E p50 within 15 %."""
+    rows = []
+    for arm in ("defaults", "matched"):
+        pair = "/".join(PAIRS[arm])
+        for m in ("ttft_p50", "ttft_p95", "throughput"):
+            g = gaps[(gaps["pair"].isin([pair, "/".join(reversed(PAIRS[arm]))])) & (gaps["metric"] == m)]
+            if g.empty or "simulated_gap" not in g:
+                continue
+            meas, sim = float(g["measured_gap"].iloc[0]), float(g["simulated_gap"].iloc[0])
+            rel = sim / meas - 1
+            side = bool((meas - 1) * (sim - 1) > 0)
+            rows.append({"cell": cond, "target": f"gap {m}", "what": arm, "measured": meas, "simulated": sim,
+                         "error": rel, "same_side": side, "met": side and abs(rel) <= GAP_TOLERANCE})
+    for _, r in phi.iterrows():
+        if r["metric"] in ("ttft_p50", "ttft_p95", "throughput") and pd.notna(r["measured_phi"]) \
+                and pd.notna(r["simulated_phi"]):
+            d = float(r["simulated_phi"]) - float(r["measured_phi"])
+            rows.append({"cell": cond, "target": f"phi {r['metric']}", "what": "defaults vs matched",
+                         "measured": float(r["measured_phi"]), "simulated": float(r["simulated_phi"]), "error": d,
+                         "met": abs(d) <= PHI_TOLERANCE})
+    for _, r in per_config[per_config["metric"].isin(["ttft_p50", "e2e_p50"])].iterrows():
+        rows.append({"cell": cond, "target": f"engine {r['metric']}", "what": r["config"],
+                     "measured": r["measured"], "simulated": r["simulated"], "error": r["rel_error"],
+                     "met": abs(float(r["rel_error"])) <= ENGINE_TOLERANCE})
+    return pd.DataFrame(rows)
 
 
 def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:

@@ -4,7 +4,7 @@ Roofline form (docs/cost-model.md): for prefill chunks i (q_i new tokens after c
 already in KV) and decodes j (context c_j),
 
     T_new = Σq_i + |D|            S = |D| + #prefills that finish (sample) this step
-    F     = 2·N_lin·T_new + 2·N_lm·S + A·[Σ(q_i·c_i + q_i(q_i+1)/2) + Σ(c_j + 1)]
+    F     = 2·N_lin·T_new + 2·N_lm·S + κ_attn·A·[Σ(q_i·c_i + q_i(q_i+1)/2) + Σ(c_j + 1)]
     M     = W + κ_kv·KV·(Σc_i + Σc_j) + KV·T_new
     T     = overhead + per_seq·#seqs + sqrt((F/(η_c·P))² + (M/(η_b·BW))²)   (+ all-reduce under TP)
 
@@ -12,6 +12,9 @@ An attention backend that attends a prefill chunk as if its whole sequence were 
 ``torch_native`` backend, its path on a CPU without its AMX kernels: each request's query is padded to
 the full KV length and run through causal SDPA) pays Σ(c_i+q_i)(c_i+q_i+1)/2 pairs instead; the linear
 layers still see only q_i tokens, so a prefix hit saves those but not the attention.
+
+κ_attn (1 unless fitted) is attention's cost per FLOP relative to the linear layers' (a GPU's fused
+attention kernels run near the GEMM efficiency; SDPA on a CPU does not).
 
 F and M are divided by the tensor-parallel degree; each layer adds two ring all-reduces of the
 activations. The overhead is the engine family's CUDA-graph step time for pure-decode batches within
@@ -84,7 +87,7 @@ class CostModel:
         kv = model.kv_bytes_per_token(1) / tp
         self._flin = 2.0 * model.linear_params / tp
         self._flm = 2.0 * model.lm_head_params / tp
-        self._attn = model.attention_flops_per_pair / tp
+        self._attn = hw.kappa_attn * model.attention_flops_per_pair / tp
         self._w = model.streamed_weight_bytes / tp
         self._kv_read = hw.kappa_kv * kv
         self._kv_write = kv

@@ -140,3 +140,18 @@ def test_twin_study_keeps_pace_table():
     t = keeps_pace_table(sbs).set_index("config")
     assert t.loc["a", "measured_keeps"] == 0.5 and t.loc["a", "simulated_keeps"] == 1.0
     assert t.loc["b", "simulated_pace"] == pytest.approx(0.75) and t.loc["b", "seeds"] == 2
+
+
+def test_twin_study_target_checks():
+    from calibrate.twin_study import target_checks
+    gaps = pd.DataFrame([
+        {"pair": "vllm-nochunk/sglang-lpm", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 0.22},
+        {"pair": "vllm-c512/sglang-lpm-c512", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 1.3}])
+    phi = pd.DataFrame([{"metric": "ttft_p50", "measured_phi": 0.1, "simulated_phi": 0.3}])
+    per = pd.DataFrame([{"config": "vllm-c512", "metric": "e2e_p50", "measured": 1.0, "simulated": 1.1,
+                         "rel_error": 0.1}])
+    t = target_checks("c", gaps, phi, per).set_index(["target", "what"])
+    assert t.loc[("gap ttft_p50", "defaults"), "met"]                        # +10 %, same side
+    assert not t.loc[("gap ttft_p50", "matched"), "same_side"]               # 0.2 vs 1.3: opposite sides
+    assert not t.loc[("phi ttft_p50", "defaults vs matched"), "met"]         # off by 0.2 > 0.15
+    assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]

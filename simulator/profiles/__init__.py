@@ -138,6 +138,7 @@ class HardwareProfile:
     kappa_kv: float
     overheads: dict[str, Overheads]
     path: str = ""
+    kappa_attn: float = 1.0       # attention's cost per FLOP relative to the linear layers' (fitted on CPUs)
     device: str = "cuda"          # "cpu": engines resolve their CPU defaults (no CUDA graphs, CPU kernels)
 
     def overhead(self, family: str) -> Overheads:
