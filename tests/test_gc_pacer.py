@@ -83,11 +83,11 @@ def test_run_restores_automatic_collection():
         assert not gc.isenabled()
         stop.set()
         await task
-    was = gc.isenabled()
+    was, thresholds = gc.isenabled(), gc.get_threshold()
     gc.enable()
     try:
         asyncio.run(go())
-        assert gc.isenabled()
+        assert gc.isenabled() and gc.get_threshold() == thresholds
     finally:
         if not was:
             gc.disable()
