@@ -69,8 +69,9 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
     for label, (kind, opts) in CONFIGS.items():
         todo = [(r, s, seed) for r, s in conditions for seed in seeds
                 if not (out / "live" / f"rate{r:g}-sigma{s:g}" / label / f"seed-{seed}" / "run.json").is_file()]
-        if not todo and kind in probed:
-            continue
+        if not todo and (kind in probed or (out / "probes" / kind / "run.json").is_file()):
+            probed.add(kind)
+            continue                              # nothing to run: no engine start (its log is kept)
         eng = engine(kind, opts, out / "logs" / f"{label}.log").start()
         try:
             if kind not in probed and not (out / "probes" / kind / "run.json").is_file():
