@@ -16,16 +16,19 @@ from scipy.optimize import least_squares
 from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
-PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s")
+PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s",
+          "per_prefill_token_s")
 BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.02, 4.0), "kappa_attn": (0.1, 20.0),
-          "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01)}
+          "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01),
+          "per_prefill_token_s": (0.0, 1e-3)}
 
 
 def with_params(hw: HardwareProfile, family: str, theta: dict[str, float]) -> HardwareProfile:
     base = hw.overhead(family)
     ovh = Overheads(step_graph_s=theta.get("step_graph_s", base.step_graph_s),
                     step_eager_s=theta.get("step_eager_s", base.step_eager_s),
-                    per_seq_s=theta.get("per_seq_s", base.per_seq_s))
+                    per_seq_s=theta.get("per_seq_s", base.per_seq_s),
+                    per_prefill_token_s=theta.get("per_prefill_token_s", base.per_prefill_token_s))
     return dataclasses.replace(hw, overheads={**hw.overheads, family: ovh},
                                eta_compute=theta.get("eta_compute", hw.eta_compute),
                                eta_bandwidth=theta.get("eta_bandwidth", hw.eta_bandwidth),

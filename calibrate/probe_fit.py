@@ -14,7 +14,8 @@ from simulator.cost_model import BatchShape
 from simulator.profiles import load_hardware, load_model
 from simulator.simulate import FULL_EXTEND_BACKENDS
 
-FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s")
+FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s",
+        "per_prefill_token_s")
 
 
 def _mixed_shape(n: int, c: int, cfg: dict[str, Any], family: str) -> tuple[BatchShape, int]:

@@ -115,3 +115,16 @@ def test_cpu_device_resolves_sglang_cpu_defaults():
     assert cpu.attention_backend == "torch_native" and full_extend_attention(cpu)
     assert cpu.cuda_graph_max_bs is not None and cpu.cuda_graph_max_bs > 4096     # no graph limit on a CPU
     assert gpu.attention_backend == "flashinfer" and not full_extend_attention(gpu) and gpu.cuda_graph_max_bs == 8
+
+
+def test_per_prefill_token_overhead_counts_whole_sequences():
+    """Host-side work per token of every prefilled sequence (its cached part included), not per new token."""
+    import dataclasses
+    hw, tiny = load_hardware("cpu-base"), load_model("tiny-llama")
+    ovh = dataclasses.replace(hw.overhead("sglang"), per_prefill_token_s=1e-5)
+    with_term = CostModel(dataclasses.replace(hw, overheads={**hw.overheads, "sglang": ovh}), tiny, "sglang")
+    without = CostModel(hw, tiny, "sglang")
+    cached = shape([(64, 4096)])
+    assert with_term.cost(cached).overhead_s - without.cost(cached).overhead_s == pytest.approx(4160e-5)
+    decode = shape(decodes=[4096] * 4)
+    assert with_term.cost(decode).overhead_s == without.cost(decode).overhead_s

@@ -121,6 +121,7 @@ class Overheads:
     step_graph_s: float
     step_eager_s: float
     per_seq_s: float
+    per_prefill_token_s: float = 0.0   # host-side work per token of each prefilled sequence (its whole length)
 
 
 @dataclass(frozen=True)
