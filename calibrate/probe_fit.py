@@ -10,9 +10,8 @@ import numpy as np
 from analysis.records import RunRecord, read_run
 from calibrate.fit import FitResult, fit_steps, write_profile
 from scenarios.errors import ServetwinError
-from simulator.cost_model import BatchShape
+from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
-from simulator.simulate import FULL_EXTEND_BACKENDS
 
 FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s",
         "per_prefill_token_s")
@@ -106,8 +105,7 @@ def fit_probes(paths: list[str | Path], engine_family: str, model: str, base: st
                out: str | Path) -> tuple[FitResult, list[tuple[BatchShape, float, str]]]:
     recs = [read_run(p) for p in paths]
     obs = [o for r in recs for o in observations(r, engine_family)]
-    backends = {r.meta.get("engine_config", {}).get("attention_backend") for r in recs}
-    full = bool(backends & set(FULL_EXTEND_BACKENDS))
+    full = any(extends_whole_sequence(r.meta.get("engine_config", {}).get("attention_backend")) for r in recs)
     if len(obs) < len(FREE):
         raise ServetwinError(f"only {len(obs)} usable probe observations; need at least {len(FREE)}")
     hw, mp = load_hardware(base), load_model(model)

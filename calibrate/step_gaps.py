@@ -5,6 +5,9 @@ step time at that batch size. Gaps that include prefill steps sit above the pred
 lower quartile does, the engine's decode steps themselves are slower than the profile.
 
     python -m calibrate.step_gaps RUN [RUN ...] --hardware PROFILE --engine sglang [--context 2100]
+
+Whole-sequence extend attention is taken from the runs' resolved ``attention_backend``
+(``--whole-sequence-extend`` forces it for runs that did not record one).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pandas as pd
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from scenarios.errors import ServetwinError
-from simulator.cost_model import BatchShape, CostModel
+from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
 BINS = (0, 2, 4, 8, 12, 16, 24, 64, 1 << 20)
@@ -64,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=2100, help="typical decode context of the runs")
     ap.add_argument("--whole-sequence-extend", action="store_true")
     a = ap.parse_args(argv)
-    cost = CostModel(load_hardware(a.hardware), load_model(a.model), a.engine, 1, 1 << 20, a.whole_sequence_extend)
-    gaps = pd.concat([token_gaps(read_run(p)) for p in find_runs([Path(r) for r in a.runs])], ignore_index=True)
+    recs = [read_run(p) for p in find_runs([Path(r) for r in a.runs])]
+    full = a.whole_sequence_extend or any(
+        extends_whole_sequence(r.meta.get("engine_config", {}).get("attention_backend")) for r in recs)
+    cost = CostModel(load_hardware(a.hardware), load_model(a.model), a.engine, 1, 1 << 20, full)
+    gaps = pd.concat([token_gaps(r) for r in recs], ignore_index=True)
     print(to_markdown(against_profile(gaps, cost, a.context)))
     return 0
 

@@ -29,6 +29,13 @@ from dataclasses import dataclass
 
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
+WHOLE_SEQUENCE_EXTEND_BACKENDS = ("torch_native",)
+
+
+def extends_whole_sequence(attention_backend: object) -> bool:
+    """Whether an attention backend attends a prefill chunk over its whole sequence (see above)."""
+    return attention_backend in WHOLE_SEQUENCE_EXTEND_BACKENDS
+
 
 @dataclass(slots=True)
 class BatchShape:

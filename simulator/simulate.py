@@ -13,7 +13,7 @@ import simpy
 from analysis.records import RunRecord, default_exclusion
 from scenarios.trace import Trace
 from simulator.config import EngineConfig, VllmV0Config, VllmV1Config
-from simulator.cost_model import CostModel
+from simulator.cost_model import CostModel, extends_whole_sequence
 from simulator.engine import Replica
 from simulator.presets import resolve
 from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
@@ -37,12 +37,9 @@ def graph_limit(cfg: EngineConfig) -> int:
     return int(cfg.cuda_graph_max_bs or 0)
 
 
-FULL_EXTEND_BACKENDS = ("torch_native",)
-
-
 def full_extend_attention(cfg: EngineConfig) -> bool:
     """Whether the engine's attention backend attends a prefill chunk over its whole sequence."""
-    return getattr(cfg, "attention_backend", None) in FULL_EXTEND_BACKENDS
+    return extends_whole_sequence(getattr(cfg, "attention_backend", None))
 
 
 def _requests_frame(reqs: list[Request | None], trace: Trace) -> pd.DataFrame:
