@@ -77,6 +77,13 @@ def twin(live: RunRecord, hardware: str, model: str) -> RunRecord:
     return rec
 
 
+def twin_dir(sim_dir: Path, live: RunRecord) -> Path:
+    """Where a live run's twin is written: one folder per configuration, then the live run's own folder
+    name (seed-1, …), so configurations that share seed folder names never overwrite each other."""
+    leaf = live.path.name if live.path else live.run_id
+    return sim_dir / str(live.meta.get("engine") or "engine") / leaf
+
+
 def side_by_side(pairs: list[tuple[RunRecord, RunRecord]]) -> pd.DataFrame:
     rows = []
     for live, sim in pairs:
@@ -141,7 +148,7 @@ def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, mode
         if live.meta.get("source") != "live":
             continue
         sim = twin(live, hardware, model)
-        dest = Path(sim_dir) / (live.path.name if live.path else live.run_id)
+        dest = twin_dir(Path(sim_dir), live)
         write_run(sim, dest)
         pairs.append((live, sim))
     if not pairs:

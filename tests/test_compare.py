@@ -105,7 +105,7 @@ def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_tr
         rec = simulate(small_trace, eng, "l4", "llama-3.1-8b", over)
         rec.meta["source"] = "live"                 # pretend a live engine produced exactly this
         rec.meta["engine"] = f"{eng}-as-live"
-        write_run(rec, tmp_path / "live" / eng)
+        write_run(rec, tmp_path / "live" / eng / "seed-1")     # same leaf name in both configurations
     from analysis.records import find_runs, read_run
     lives = [read_run(p) for p in find_runs([tmp_path / "live"])]
     tables = compare(lives, tmp_path / "sim", "l4", "llama-3.1-8b",
@@ -117,6 +117,8 @@ def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_tr
     assert not g.empty and np.allclose(g["measured_gap"], g["simulated_gap"])
     d = tables["decomposition"]
     assert np.allclose(d["measured_phi"].fillna(0), d["simulated_phi"].fillna(0))
+    twins = sorted(p.parent.parent.name for p in (tmp_path / "sim").rglob("run.json"))
+    assert twins == ["vllm-0.6.3-as-live", "vllm-v1-as-live"]      # each twin kept, none overwritten
 
 
 def test_twin_takes_the_live_runs_resolved_settings():
