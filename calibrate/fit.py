@@ -44,10 +44,21 @@ class FitResult:
     residuals: list[float]
 
 
-def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Sequence[BatchShape],
+Steps = list[tuple[float, BatchShape]]       # weighted steps whose summed time is one observation
+Observed = BatchShape | Steps
+
+
+def predict_time(cm: CostModel, obs: Observed) -> float:
+    if isinstance(obs, BatchShape):
+        return cm.step_time(obs)
+    return sum(w * cm.step_time(b) for w, b in obs)
+
+
+def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Sequence[Observed],
               measured_s: Sequence[float], free: Sequence[str] = PARAMS, graph_max_bs: int = 256,
               extend_full_attention: bool = False) -> FitResult:
-    """Fit the ``free`` coefficients to measured step times (relative least squares, bounded)."""
+    """Fit the ``free`` coefficients to measured step times — or sums of weighted steps — (relative least
+    squares, bounded)."""
     y = np.asarray(measured_s, dtype=float)
     free = list(free)
     start = {"eta_compute": hw.eta_compute, "eta_bandwidth": hw.eta_bandwidth, "kappa_kv": hw.kappa_kv,
@@ -58,7 +69,7 @@ def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Se
     def predict(x: np.ndarray) -> np.ndarray:
         cm = CostModel(with_params(hw, family, dict(zip(free, x, strict=True))), model, family, 1, graph_max_bs,
                        extend_full_attention)
-        return np.array([cm.step_time(b) for b in batches])
+        return np.array([predict_time(cm, b) for b in batches])
 
     res = least_squares(lambda x: (predict(x) - y) / y, x0, bounds=([BOUNDS[p][0] for p in free],
                                                                    [BOUNDS[p][1] for p in free]))

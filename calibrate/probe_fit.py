@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from analysis.records import RunRecord, read_run
-from calibrate.fit import FitResult, fit_steps, write_profile
+from calibrate.fit import FitResult, Observed, Steps, fit_steps, write_profile
 from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
@@ -17,26 +17,47 @@ FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s"
         "per_prefill_token_s")
 
 
-def _mixed_shape(n: int, c: int, cfg: dict[str, Any], family: str) -> tuple[BatchShape, int]:
-    """The average step of a mixed probe and how many steps its prompt takes: vLLM batches the c decodes
-    with each chunk of the prompt (budget B shared); SGLang runs prefill chunks alone (decodes wait)."""
+MIXED_DECODE_CONTEXT = 300          # the mixed probe's decodes: 256-token prompts, ~50 tokens in
+
+
+def _sglang_mixed_window(n: int, c: int, cfg: dict[str, Any]) -> Steps:
+    """The steps inside an SGLang mixed probe's window (send → first token): the rest of the decode step
+    under way when the prompt arrives (half of one on average), each prefill chunk alone at its own offset
+    (decodes wait), and — where the overlap scheduler's forward runs inline (a CPU) — the decode step after
+    which the prompt's token is streamed."""
+    chunk = int(cfg.get("chunked_prefill_size") or n)
+    chunk = n if chunk <= 0 else chunk
+    dec = BatchShape()
+    for _ in range(c):
+        dec.add_decode(MIXED_DECODE_CONTEXT)
+    parts: Steps = [(0.5, dec)]
+    done = 0
+    while done < n:
+        k = min(chunk, n - done)
+        b = BatchShape()
+        b.add_prefill(k, done, done + k >= n)
+        parts.append((1.0, b))
+        done += k
+    if str(cfg.get("device", "")) == "cpu" and not cfg.get("disable_overlap_schedule"):
+        parts.append((1.0, dec))
+    return parts
+
+
+def _mixed_shape(n: int, c: int, cfg: dict[str, Any]) -> tuple[BatchShape, int]:
+    """vLLM: the average step of a mixed probe and how many steps its prompt takes (it batches the c
+    decodes with each chunk of the prompt, budget B shared)."""
     b = BatchShape()
-    if family == "sglang":
-        chunk = int(cfg.get("chunked_prefill_size") or n)
-        steps = max(1, -(-n // chunk))
-        b.add_prefill(n // steps, n // 2, True)
-        return b, steps
     budget = int(cfg.get("max_num_batched_tokens") or cfg.get("arg.max_num_batched_tokens") or n + c)
     per = max(1, budget - c)
     steps = max(1, -(-n // per))
     b.add_prefill(n // steps, n // 2 if steps > 1 else 0, True)
     for _ in range(c):
-        b.add_decode(300)
+        b.add_decode(MIXED_DECODE_CONTEXT)
     return b, steps
 
 
-def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[BatchShape, float, str]]:
-    """(shape, seconds, kind) per probe shape: the median over repeats."""
+def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[Observed, float, str]]:
+    """(shape — or weighted steps — , seconds, kind) per probe shape: the median over repeats."""
     if rec.meta.get("source") != "probe":
         raise ServetwinError(f"{rec.path}: not a probe record (source {rec.meta.get('source')!r})")
     cfg = rec.meta.get("engine_config", {})
@@ -75,7 +96,9 @@ def _legacy_or_single(p: dict[str, Any], r: Any, rec: RunRecord, cfg: dict[str, 
         w = rec.meta.get("mixed_windows", {}).get(str(p["request_id"]))
         if not w or w["window_s"] <= 0:
             return None
-        _, steps = _mixed_shape(p["new_tokens"], p["concurrency"], cfg, family)
+        if family == "sglang":
+            return float(w["window_s"])           # the whole window against its steps
+        _, steps = _mixed_shape(p["new_tokens"], p["concurrency"], cfg)
         return float(w["window_s"]) / steps
     if p["kind"] == "decode":
         n = int(r["output_tokens"])
@@ -86,7 +109,9 @@ def _legacy_or_single(p: dict[str, Any], r: Any, rec: RunRecord, cfg: dict[str, 
     return float(r["first_token_s"] - r["send_s"])
 
 
-def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], family: str) -> BatchShape:
+def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], family: str) -> Observed:
+    if kind == "mixed" and family == "sglang":
+        return _sglang_mixed_window(n, c, cfg)
     b = BatchShape()
     if kind == "prefill":
         b.add_prefill(n, 0, True)
@@ -94,7 +119,7 @@ def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], fa
         hit = (ctx // bs) * bs                  # whole cached blocks of the shared part
         b.add_prefill(n + ctx - hit, hit, True)
     elif kind == "mixed":
-        b, _ = _mixed_shape(n, c, cfg, family)
+        b, _ = _mixed_shape(n, c, cfg)
     else:
         for _ in range(c):
             b.add_decode(ctx)
@@ -102,7 +127,7 @@ def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], fa
 
 
 def fit_probes(paths: list[str | Path], engine_family: str, model: str, base: str,
-               out: str | Path) -> tuple[FitResult, list[tuple[BatchShape, float, str]]]:
+               out: str | Path) -> tuple[FitResult, list[tuple[Observed, float, str]]]:
     recs = [read_run(p) for p in paths]
     obs = [o for r in recs for o in observations(r, engine_family)]
     full = any(extends_whole_sequence(r.meta.get("engine_config", {}).get("attention_backend")) for r in recs)

@@ -8,7 +8,9 @@ profile; measured and simulated tables side by side.
 Arms (labels): defaults = vllm-nochunk (chunked prefill off, as vLLM 0.6.3's default) vs sglang-lpm (its
 resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets);
 ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its
-fitted simulated twin. Without --quick: two rates and a sharing sweep, 3 seeds each, 45-second runs
+fitted simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile
+re-simulates the same live runs instead of starting a new study (delete the file for a new knee). Without
+--quick: two rates and a sharing sweep, 3 seeds each, 45-second runs
 (about 50 minutes); with --quick: one rate, 2 seeds, 40-second runs (about 20 minutes). The profiles are
 fitted on probes only, so every study seed is held out from the fit.
 """
@@ -16,6 +18,7 @@ fitted on probes only, so every study seed is held out from the fit.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,7 +71,7 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
     probed: set[str] = set()
     for label, (kind, opts) in CONFIGS.items():
         todo = [(r, s, seed) for r, s in conditions for seed in seeds
-                if not (out / "live" / f"rate{r:g}-sigma{s:g}" / label / f"seed-{seed}" / "run.json").is_file()]
+                if not (out / "live" / cell(r, s) / label / f"seed-{seed}" / "run.json").is_file()]
         if not todo and (kind in probed or (out / "probes" / kind / "run.json").is_file()):
             probed.add(kind)
             continue                              # nothing to run: no engine start (its log is kept)
@@ -79,7 +82,7 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
             probed.add(kind)
             for r, s, seed in todo:
                 trace = compile_trace(scenario_from_dict(scenario(r, s, duration, seed)))
-                dest = out / "live" / f"rate{r:g}-sigma{s:g}" / label / f"seed-{seed}"
+                dest = out / "live" / cell(r, s) / label / f"seed-{seed}"
                 rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
                                LiveOptions(label, engine_log=str(eng.log_path)), dest)
                 print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
@@ -87,10 +90,37 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
             eng.stop()
 
 
-def summarise(out: Path) -> str:
+def cell(rate: float, sharing: float) -> str:
+    return f"rate{rate:g}-sigma{sharing:g}"
+
+
+def study_conditions(out: Path, quick: bool, rate: float | None) -> list[tuple[float, float]]:
+    """The study's cells: given (--rate), pinned by an earlier run, or around the fitted SGLang twin's
+    knee (then pinned)."""
+    if rate is not None:
+        return [(rate, 0.9)]
+    pinned = out / "conditions.json"
+    if pinned.is_file():
+        doc = json.loads(pinned.read_text())
+        print(f"cells pinned in {pinned} (knee {doc['knee']:.2f} DAG/s): {doc['conditions']}", file=sys.stderr)
+        return [(float(r), float(s)) for r, s in doc["conditions"]]
+    sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
+    cap = capacity_search(sc, "sglang-current", str(out / "profiles" / "cpu-sglang.yaml"), "tiny-llama",
+                          {"max_total_tokens": 65536, "schedule_policy": "lpm"},
+                          lo=0.2, hi=4.0, seeds=(1,), context=8192)
+    knee = cap.keeps_rate
+    conditions = [(round(0.6 * knee, 2), 0.9)] if quick else [(round(0.6 * knee, 2), 0.9),
+                                                              (round(1.1 * knee, 2), 0.9),
+                                                              (round(0.6 * knee, 2), 0.5)]
+    pinned.write_text(json.dumps({"knee": knee, "conditions": conditions}) + "\n")
+    print(f"simulated SGLang knee ≈ {knee:.2f} DAG/s; conditions {conditions}", file=sys.stderr)
+    return conditions
+
+
+def summarise(out: Path, conditions: list[tuple[float, float]]) -> str:
     parts: list[str] = []
     checks: list[pd.DataFrame] = []
-    for cond in sorted(p.name for p in (out / "live").iterdir()):
+    for cond in [cell(r, s) for r, s in conditions]:
         lives = [read_run(p) for p in find_runs([out / "live" / cond])]
         by_family = {"vllm": out / "profiles" / "cpu-vllm.yaml", "sglang": out / "profiles" / "cpu-sglang.yaml"}
         sides = []
@@ -168,24 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     seeds = [1, 2] if a.quick else [1, 2, 3]
     duration = 40.0 if a.quick else 45.0
-    conditions = [(a.rate or 1.0, 0.9)]
     # probes first (one engine of each kind), profiles, then the knee on the fitted twins
     run_live_cells(out, [], seeds, duration)
     (out / "profiles").mkdir(parents=True, exist_ok=True)
     fit_probes([out / "probes" / "vllm"], "vllm-v1", "tiny-llama", "cpu-base", out / "profiles" / "cpu-vllm.yaml")
     fit_probes([out / "probes" / "sglang"], "sglang", "tiny-llama", "cpu-base", out / "profiles" / "cpu-sglang.yaml")
-    if a.rate is None:
-        sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
-        cap = capacity_search(sc, "sglang-current", str(out / "profiles" / "cpu-sglang.yaml"), "tiny-llama",
-                              {"max_total_tokens": 65536, "schedule_policy": "lpm"},
-                              lo=0.2, hi=4.0, seeds=(1,), context=8192)
-        knee = cap.keeps_rate
-        conditions = [(round(0.6 * knee, 2), 0.9)] if a.quick else [(round(0.6 * knee, 2), 0.9),
-                                                                    (round(1.1 * knee, 2), 0.9),
-                                                                    (round(0.6 * knee, 2), 0.5)]
-        print(f"simulated SGLang knee ≈ {knee:.2f} DAG/s; conditions {conditions}", file=sys.stderr)
+    conditions = study_conditions(out, a.quick, a.rate)
     run_live_cells(out, conditions, seeds, duration)
-    report = summarise(out)
+    report = summarise(out, conditions)
     (out / "report.md").write_text(report)
     print(report)
     return 0

@@ -83,6 +83,11 @@ class SglangConfig(_Cfg):
     page_size: int = Field(1, ge=1)
     tensor_parallel_size: int = Field(1, ge=1)
     attention_backend: str | None = Field(None, description="None: torch_native on a CPU, flashinfer on CUDA")
+    forward_stream: Literal["device", "inline"] | None = Field(
+        None, description="where the overlap scheduler's forward runs. device: on a device stream, beside the "
+                          "scheduling of the next batch (CUDA); inline: on the scheduler's own thread (a CPU, "
+                          "where streams are no-ops), so a batch's results are processed — tokens streamed, "
+                          "finished requests reported — only after the next batch's forward. None: by device")
 
 
 EngineConfig = VllmV0Config | VllmV1Config | SglangConfig

@@ -63,6 +63,11 @@ class Replica:
             step = sched.schedule(env.now, self.step_id) if sched.has_work else None
             self._drain_rejected()
             if step is None:
+                flushed = sched.flush(env.now)
+                for r in flushed:
+                    self.on_finish(r)
+                if flushed:
+                    continue                      # a dependant may have arrived: schedule again
                 if sched.has_work and not sched.running and sched.waiting:
                     r = sched.waiting.popleft()
                     sched.reject(r, "can never be admitted (exceeds the KV capacity)")

@@ -155,6 +155,7 @@ def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
     if graph_bs is None:      # on a CPU: no graphs; every pure-decode step takes the decode-step overhead
         graph_bs = 1 << 20 if cpu else (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
     backend = c.attention_backend or ("torch_native" if cpu else "flashinfer")
+    stream = c.forward_stream or ("inline" if cpu else "device")
     # On a CPU, SGLang 0.5.23 resolved mem_fraction_static=0.716 of RAM here (observed, not its rule).
     mf = c.mem_fraction_static or (0.716 if cpu else _sglang_mem_fraction(c, hw, max(chunk, 0), graph_bs))
     free_before = hw.memory_cuda_gib - hw.init_used_gib
@@ -167,7 +168,7 @@ def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
     running = c.max_running_requests or min(pool // 2, max_num_reqs + 1)
     return c.model_copy(update={"context_length": ctx, "chunked_prefill_size": chunk,
                                 "cuda_graph_max_bs": graph_bs, "mem_fraction_static": mf,
-                                "attention_backend": backend,
+                                "attention_backend": backend, "forward_stream": stream,
                                 "max_total_tokens": pool, "max_running_requests": running})
 
 

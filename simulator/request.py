@@ -100,6 +100,15 @@ class Request:
         if self.token_times is not None:
             self.token_times.append(now)
 
+    def restamp_last_token(self, now: float) -> None:
+        """The last emitted token reached the client later than its step ended (SGLang's overlap scheduler
+        on a CPU streams a batch's results after the next batch's forward)."""
+        if self.output_len == 1:
+            self.first_token_s = now
+        self.last_token_s = now
+        if self.token_times:
+            self.token_times[-1] = now
+
     def release_tokens(self) -> None:
         """Drop the token arrays once the request is done (only its scalars go into the record)."""
         self.prompt = np.zeros(0, dtype=np.int32)

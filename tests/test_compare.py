@@ -184,8 +184,28 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
                 rec = simulate(trace, "sglang-current", prof["sglang"], "tiny-llama", over, context=8192)
             rec.meta.update({"source": "live", "engine": label})
             write_run(rec, tmp_path / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
-    report = summarise(tmp_path)
+    report = summarise(tmp_path, [(0.4, 0.9)])
     assert report.startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
+
+
+def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_path: Path, monkeypatch):
+    import calibrate.twin_study as ts
+    searches = []
+
+    class Cap:
+        keeps_rate = 0.7
+
+    def fake_search(*args, **kw):          # the knee search itself is tested in test_fluid_sim.py
+        searches.append(args)
+        return Cap()
+
+    monkeypatch.setattr(ts, "capacity_search", fake_search)
+    first = ts.study_conditions(tmp_path, quick=False, rate=None)
+    assert first == [(0.42, 0.9), (0.77, 0.9), (0.42, 0.5)] and len(searches) == 1
+    Cap.keeps_rate = 2.0                    # a refitted profile would move the knee …
+    assert ts.study_conditions(tmp_path, quick=False, rate=None) == first      # … the cells stay
+    assert len(searches) == 1
+    assert ts.study_conditions(tmp_path, quick=True, rate=0.3) == [(0.3, 0.9)]

@@ -213,3 +213,50 @@ def test_sglang_ratio_decays_and_resets():
     s.schedule(t, t)
     s.schedule(t + 1, t + 1)
     assert s.ratio == s.init_ratio
+
+
+def test_sglang_inline_forward_streams_a_batch_after_the_next_one():
+    """On a CPU (forward_stream: inline) an iteration runs batch N+1, then processes batch N: a prefill's
+    first token reaches the client when the following decode ends; arrivals during a batch are seen by
+    the next one; with nothing left to run, results go out at once."""
+    s = SglangScheduler(config("sglang-current", forward_stream="inline"))
+    a, b = request(0, 300, max_tokens=3), request(1, 300, max_tokens=50)
+    s.add(a, 0)
+    st = s.schedule(0, 0)
+    assert st.kind == "prefill"
+    assert s.complete(st, 1, 0) == [] and a.output_len == 1
+    s.add(b, 0.5)                                   # arrived while the prefill ran
+    st = s.schedule(1, 1)
+    assert st.kind == "prefill" and [r for r, _ in st.items] == [b]    # seen at once (no N+2 delay)
+    s.complete(st, 2, 1)
+    assert a.first_token_s == 2                     # a's token went out after b's prefill
+    st = s.schedule(2, 2)
+    assert st.kind == "decode" and {r.idx for r, _ in st.items} == {0, 1}
+    assert s.complete(st, 3, 2) == [] and b.first_token_s == 3
+    st = s.schedule(3, 3)                           # a finishes in this decode …
+    assert s.complete(st, 4, 3) == [] and a.is_finished and a.last_token_s == 4
+    st = s.schedule(4, 4)                           # … and is reported when the next one ends
+    assert [r.idx for r, _ in st.items] == [1]      # 0.5: not given a slot in that decode
+    assert s.complete(st, 5, 4) == [a] and a.last_token_s == 5
+    s.check_integrity()
+    c = SglangScheduler(config("sglang-current", forward_stream="inline"))
+    d = request(2, 300, max_tokens=1)
+    c.add(d, 0)
+    assert c.complete(c.schedule(0, 0), 1, 0) == []
+    assert c.schedule(1, 1) is None and c.flush(1) == [d] and d.first_token_s == 1   # idle: at once
+
+
+def test_sglang_device_stream_streams_each_batch_at_its_end():
+    s = SglangScheduler(config("sglang-current"))
+    assert s.cfg.forward_stream == "device"          # a CUDA profile
+    a = request(0, 300, max_tokens=2)
+    s.add(a, 0)
+    s.complete(s.schedule(0, 0), 1, 0)
+    assert a.first_token_s == 1
+    old = SglangScheduler(config("sglang-0.4.1"))
+    x, y = request(0, 300, max_tokens=2), request(1, 300, max_tokens=9)
+    for r in (x, y):
+        old.add(r, 0)
+    old.complete(old.schedule(0, 0), 1, 0)
+    old.complete(old.schedule(1, 1), 2, 1)          # x finishes here
+    assert old.schedule(2, 2).shape.decodes == 2    # 0.4.1: the finished x still rides this decode

@@ -46,6 +46,11 @@ class SchedulerBase:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def flush(self, now: float) -> list[Request]:
+        """Called when the engine finds nothing to run: results still held back are delivered now. Returns
+        the requests that thereby finish (none for engines that deliver a step's results at its end)."""
+        return []
+
     def reject(self, req: Request, why: str) -> None:
         """A request the engine can never serve (vLLM FINISHED_IGNORED; too long for the pool)."""
         req.error = why

@@ -9,7 +9,13 @@ requests with the fewest outputs (ties: longest prompt) are retracted to the tai
 With the overlap scheduler (``event_loop_overlap``) the CPU schedules batch N+1 while the GPU runs batch
 N, so a request that arrives while a batch runs is first seen when batch N+2 is scheduled (unless the
 engine is idle), and a finished request is released one step late and, if that step is a decode, takes
-one more slot in it.
+one more slot in it (0.4.x; 0.5's overlap loop leaves a request whose in-flight token finishes it by
+length out of the next decode — ``enable_skip_finishing_decode`` — though its slots are still freed one
+step late). On a CPU the overlap scheduler's forward runs inline on the scheduler's thread
+(``forward_stream: inline``; streams are no-ops there): an iteration schedules batch N+1, runs it, then
+processes batch N's results — so a request arriving during a batch is seen by the next one, but a batch's
+tokens reach the client (and its finished requests their callers) only after the next batch's forward,
+or at once when nothing else is to run.
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ class SglangScheduler(SchedulerBase):
         self.decay = (self.init_ratio - self.min_ratio) / cfg.new_token_ratio_decay_steps
         self.ratio = self.init_ratio
         self.overlap = not cfg.disable_overlap_schedule
+        self.inline = self.overlap and cfg.forward_stream == "inline"
+        self.finishing_decode_slot = self.overlap and cfg.version.startswith("0.4")
+        self.unsent: list[Request] = []       # inline: emitted their token in the last step, not yet streamed
+        self.unreported: list[Request] = []   # inline: finished in the last step, not yet reported
         self.lame_ducks: list[Request] = []     # finished last step, released after this one
         self.inbox: list[tuple[float, Request]] = []   # received but not yet seen by the scheduler
         self._last_step_at: float | None = None        # when the batch now finishing was scheduled
@@ -66,7 +76,7 @@ class SglangScheduler(SchedulerBase):
     def _receive(self, everything: bool) -> None:
         """``recv_requests``: in overlap mode, only what arrived before the running batch was launched."""
         cutoff = self._last_step_at
-        if everything or not self.overlap or cutoff is None:
+        if everything or not self.overlap or self.inline or cutoff is None:
             self.waiting.extend(r for _, r in self.inbox)
             self.inbox = []
             return
@@ -293,15 +303,32 @@ class SglangScheduler(SchedulerBase):
             self.lame_ducks = []
             return None
         items = self._decode(now, shape)
-        for r in self.lame_ducks:           # overlap: finished requests ride one more decode
-            shape.add_decode(r.context_len)
+        if self.finishing_decode_slot:
+            for r in self.lame_ducks:       # overlap (0.4.x): finished requests ride one more decode
+                shape.add_decode(r.context_len)
         return Step("decode", items, shape)
+
+    def _deliver(self, now: float) -> list[Request]:
+        """Inline forward: the previous batch's results are processed now (tokens streamed, finished
+        requests reported)."""
+        for r in self.unsent:
+            r.restamp_last_token(now)
+        reported = self.unreported
+        self.unsent, self.unreported = [], []
+        return reported
+
+    def flush(self, now: float) -> list[Request]:
+        return self._deliver(now) if self.inline else []
 
     def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
         for r in self.lame_ducks:
             self._release(r, now)
         self.lame_ducks = []
+        reported = self._deliver(now) if self.inline else []
+        before = [r.output_len for r, _ in step.items] if self.inline else []
         done = self.advance(step, now)
+        if self.inline:
+            self.unsent = [r for (r, _), n in zip(step.items, before, strict=True) if r.output_len > n]
         if step.kind == "prefill":
             for r, _ in step.items:
                 st: SgState = r.engine
@@ -320,6 +347,8 @@ class SglangScheduler(SchedulerBase):
             else:
                 for r in done:
                     self._release(r, now)
+        if self.inline:
+            self.unreported, done = done, reported
         return done
 
     def abort(self, r: Request, now: float) -> None:
