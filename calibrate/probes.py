@@ -45,7 +45,7 @@ class ProbePlan:
     decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     decode_prompt: int = 256
     decode_contexts: tuple[int, ...] = (256, 2048)     # prompt lengths of the decode probes
-    decode_tokens: int = 64                           # the long output; the short one is a quarter of it
+    decode_tokens: int = 128                          # the long output; the short one is a quarter of it
     mixed: tuple[tuple[int, int], ...] = ((2048, 4), (4096, 8))      # (prompt tokens, decoding requests)
     repeats: int = 3
     warm_passes: int = 1

@@ -78,7 +78,7 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
         eng = engine(kind, opts, out / "logs" / f"{label}.log").start()
         try:
             if kind not in probed and not (out / "probes" / kind / "run.json").is_file():
-                probe(eng.url, "tiny-llama", out / "probes" / kind, ProbePlan(repeats=2), str(eng.log_path))
+                probe(eng.url, "tiny-llama", out / "probes" / kind, ProbePlan(repeats=3), str(eng.log_path))
             probed.add(kind)
             for r, s, seed in todo:
                 trace = compile_trace(scenario_from_dict(scenario(r, s, duration, seed)))

@@ -22,25 +22,26 @@ TRUE = {"eta_compute": 0.2, "eta_bandwidth": 0.1, "kappa_kv": 0.3, "step_graph_s
         "per_seq_s": 2e-5}
 
 
-def synthetic_probes(path: Path, noise: float, seed: int) -> None:
-    """A probe record whose times come from the cost model with known coefficients (+ noise)."""
+def synthetic_probes(path: Path, noise: float, seed: int, disturbed: float = 1.0) -> None:
+    """A probe record whose times come from the cost model with known coefficients (+ noise); the second
+    of three repeats of every decode probe is ``disturbed`` times slower (a starved API process)."""
     hw = with_params(load_hardware("cpu-base"), "vllm-v1", TRUE)
     cm = CostModel(hw, load_model("tiny-llama"), "vllm-v1")
     rng = np.random.default_rng(seed)
     plan, rows, probes = ProbePlan(), [], []
     rid = 0
 
-    def add(kind: str, n: int, ctx: int, c: int, shape: BatchShape, tokens: int) -> None:
+    def add(kind: str, n: int, ctx: int, c: int, shape: BatchShape, tokens: int, rep: int = 0) -> None:
         nonlocal rid
-        step = cm.step_time(shape) * (1 + rng.normal(0, noise))
+        step = cm.step_time(shape) * (1 + rng.normal(0, noise)) * (disturbed if kind == "decode" and rep == 1 else 1)
         first = 0.01 + (step if kind != "decode" else 0.05 * c)     # decode: the c prompts' prefill first
         last = first + (tokens - 1) * step if kind == "decode" else first
         rows.append({"request_id": rid, "dag_id": rid, "role": "probe", "planned_s": 0.0, "send_s": 0.01,
                      "first_token_s": first, "last_token_s": last, "output_tokens": tokens, "prompt_tokens": n + ctx,
                      "cached_tokens": np.nan, "ok": True, "error": ""})
-        probes.append(dataclasses.asdict(ProbeRow(rid, kind, n, ctx, c, 0, tokens)))
+        probes.append(dataclasses.asdict(ProbeRow(rid, kind, n, ctx, c, rep, tokens)))
         rid += 1
-    for _ in range(3):
+    for rep in range(3):
         for n in plan.prefill_lengths:
             b = BatchShape()
             b.add_prefill(n, 0, True)
@@ -57,7 +58,7 @@ def synthetic_probes(path: Path, noise: float, seed: int) -> None:
                     b.add_decode(ctx)
                 for out in (16, 64):
                     for _ in range(c):
-                        add("decode", 1, ctx, c, b, out)
+                        add("decode", 1, ctx, c, b, out, rep)
     meta = {"run_id": "p", "source": "probe", "trace_digest": "", "scenario": {}, "seed": 0, "engine": "probe",
             "engine_config": {"block_size": 32}, "hardware": "live", "model": "tiny-llama", "offered_load_rps": 0.0,
             "run_window": {"duration_s": 1.0}, "exclusion": {}, "telemetry_summary": {}, "versions": {},
@@ -209,3 +210,27 @@ def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_pat
     assert ts.study_conditions(tmp_path, quick=False, rate=None) == first      # … the cells stay
     assert len(searches) == 1
     assert ts.study_conditions(tmp_path, quick=True, rate=0.3) == [(0.3, 0.9)]
+
+
+def test_probe_fit_takes_each_shapes_fastest_repeat(tmp_path: Path):
+    """One repeat in three of every decode probe 3x slower (vLLM's CPU build at short context): the fit
+    still predicts unprobed shapes as the undisturbed engine runs them."""
+    synthetic_probes(tmp_path / "p", noise=0.02, seed=2, disturbed=3.0)
+    res, _ = fit_probes([tmp_path / "p"], "vllm-v1", "tiny-llama", "cpu-base", tmp_path / "fitted.yaml")
+    true_cm = CostModel(with_params(load_hardware("cpu-base"), "vllm-v1", TRUE), load_model("tiny-llama"), "vllm-v1")
+    fit_cm = CostModel(with_params(load_hardware("cpu-base"), "vllm-v1", res.params), load_model("tiny-llama"),
+                       "vllm-v1")
+    for shape in _held_out_shapes():
+        assert fit_cm.step_time(shape) == pytest.approx(true_cm.step_time(shape), rel=0.08)
+
+
+def test_sglang_mixed_probe_is_its_window_of_exact_steps():
+    from calibrate.probe_fit import _sglang_mixed_window
+    cpu = _sglang_mixed_window(4096, 8, {"chunked_prefill_size": 512, "device": "cpu"})
+    assert cpu[0][0] == 0.5 and cpu[0][1].decodes == 8                  # the decode step under way, half left
+    chunks = [b for _, b in cpu[1:-1]]
+    assert [b.prefill_ctx for b in chunks] == list(range(0, 4096, 512))  # each chunk at its own offset
+    assert all(b.prefill_tokens == 512 and b.decodes == 0 for b in chunks)   # alone: the decodes wait
+    assert cpu[-1] == (1.0, cpu[0][1])                                   # inline forward: one decode more
+    gpu = _sglang_mixed_window(2048, 4, {"chunked_prefill_size": 4096, "device": "cuda"})
+    assert len(gpu) == 2 and gpu[1][1].prefill_tokens == 2048 and gpu[1][1].prefill_ctx == 0

@@ -163,7 +163,7 @@ def test_compare_two_cpu_configurations(engine: VllmCpu, model_dir: Path, tmp_pa
     assert all(math.isfinite(e) for e in core["rel_error"])
     gaps = tables["gaps"]
     assert set(gaps["pair"]) == {"apc-off/apc-on"} and gaps["measured_gap"].notna().all()
-    assert (tmp_path / "sim" / "apc-on" / "run.json").is_file()
+    assert (tmp_path / "sim" / "apc-on" / "apc-on" / "run.json").is_file()     # SIM/<config>/<run folder>
 
 
 def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_path: Path):
