@@ -20,7 +20,7 @@ PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_
           "per_prefill_token_s")
 BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.02, 4.0), "kappa_attn": (0.1, 20.0),
           "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01),
-          "per_prefill_token_s": (0.0, 1e-3)}
+          "per_prefill_token_s": (0.0, 1e-3), "kv_shared_cost": (0.0, 1.0)}
 
 
 def with_params(hw: HardwareProfile, family: str, theta: dict[str, float]) -> HardwareProfile:
@@ -33,7 +33,8 @@ def with_params(hw: HardwareProfile, family: str, theta: dict[str, float]) -> Ha
                                eta_compute=theta.get("eta_compute", hw.eta_compute),
                                eta_bandwidth=theta.get("eta_bandwidth", hw.eta_bandwidth),
                                kappa_kv=theta.get("kappa_kv", hw.kappa_kv),
-                               kappa_attn=theta.get("kappa_attn", hw.kappa_attn))
+                               kappa_attn=theta.get("kappa_attn", hw.kappa_attn),
+                               kv_shared_cost=theta.get("kv_shared_cost", hw.kv_shared_cost))
 
 
 @dataclasses.dataclass
@@ -62,7 +63,7 @@ def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Se
     y = np.asarray(measured_s, dtype=float)
     free = list(free)
     start = {"eta_compute": hw.eta_compute, "eta_bandwidth": hw.eta_bandwidth, "kappa_kv": hw.kappa_kv,
-             "kappa_attn": hw.kappa_attn,
+             "kappa_attn": hw.kappa_attn, "kv_shared_cost": hw.kv_shared_cost,
              **dataclasses.asdict(hw.overhead(family))}
     x0 = np.array([min(max(start[p], BOUNDS[p][0]), BOUNDS[p][1]) for p in free])
 
@@ -87,7 +88,7 @@ def write_profile(src: str | Path, out: str | Path, family: str, params: dict[st
     cost = data["cost"]
     for k, v in params.items():
         node = {"value": round(float(v), 6), "basis": "fitted", "source": source}
-        if k in ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn"):
+        if k in ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "kv_shared_cost"):
             cost[k] = node
         else:
             cost["overheads"][family][k] = node

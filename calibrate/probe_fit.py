@@ -12,7 +12,7 @@ from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
 FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s",
-        "per_prefill_token_s")
+        "per_prefill_token_s", "kv_shared_cost")
 
 
 MIXED_DECODE_CONTEXT = 300          # the mixed probe's decodes: 256-token prompts, ~50 tokens in
@@ -63,27 +63,27 @@ def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[Observed
     bs = int(cfg.get("block_size") or 16)
     req = rec.requests.set_index("request_id")
     groups: dict[tuple[str, int, int, int], list[float]] = {}
-    by_length: dict[tuple[int, int], dict[int, list[float]]] = {}     # decode: (ctx, c) → length → E2E
+    by_length: dict[tuple[int, int, int], dict[int, list[float]]] = {}  # decode: (shared, ctx, c) → length → E2E
     for p in rec.meta["probes"]:
         r = req.loc[p["request_id"]]
         if not bool(r["ok"]):
             continue
         key = (p["kind"], p["new_tokens"], p["context"], p["concurrency"])
         if p["kind"] == "decode" and p.get("max_tokens", 1) > 1:
-            by_length.setdefault((p["context"], p["concurrency"]), {}).setdefault(
+            by_length.setdefault((p["new_tokens"], p["context"], p["concurrency"]), {}).setdefault(
                 int(p["max_tokens"]), []).append(float(r["last_token_s"] - r["send_s"]))
             continue
         y = _legacy_or_single(p, r, rec, cfg, family)
         if y is not None:
             groups.setdefault(key, []).append(y)
-    for (ctx, c), lengths in by_length.items():
+    for (shared, ctx, c), lengths in by_length.items():
         if len(lengths) >= 2:
             lo, hi = min(lengths), max(lengths)
             # the fastest repeat of each length: what disturbs a decode probe only adds time (vLLM's CPU
             # build at short context is bimodal: some repeats take 3-5x, its API process starved)
             y = (min(lengths[hi]) - min(lengths[lo])) / (hi - lo)
             if y > 0:
-                groups[("decode", 1, ctx, c)] = [y]
+                groups[("decode", shared, ctx, c)] = [y]
     out = []
     for (kind, n, ctx, c), ys in sorted(groups.items()):
         out.append((_shape(kind, n, ctx, c, bs, cfg, family), min(ys), kind))
@@ -124,6 +124,9 @@ def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], fa
     else:
         for _ in range(c):
             b.add_decode(ctx)
+        if n > 1:                               # c contexts sharing their first n tokens (whole blocks)
+            hit = (n // bs) * bs
+            b.decode_distinct = hit + c * (ctx - hit)
     return b
 
 

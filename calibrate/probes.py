@@ -9,7 +9,9 @@
   of batch c at context P + (short + long) / 2. Differencing cancels the prefill and any coalescing of
   tokens into chunks by the server (vLLM's CPU build delivers whole runs of tokens in one chunk when its
   API process is starved of CPU, so chunk spacing does not show its decode steps). Two prompt lengths pin
-  the cost of reading KV at long context;
+  the cost of reading KV at long context. The same at 2,048 tokens whose first 1,843 are shared by the c
+  requests (``new_tokens`` records the shared length): whether a context read by one sequence of a step is
+  cheaper for the next (vLLM's CPU build reads shared blocks in place: 2–3× faster decode steps);
 - ``mixed``: while c requests decode, one prompt of n uncached tokens arrives; the decode streams' time per
   token inside its prefill window ≈ the steps that carry its chunks (mixed with the decodes where the engine
   batches them together, prefill-only where it does not).
@@ -47,6 +49,8 @@ class ProbePlan:
     decode_contexts: tuple[int, ...] = (256, 2048)     # prompt lengths of the decode probes
     decode_tokens: int = 128                          # the long output; the short one is a quarter of it
     mixed: tuple[tuple[int, int], ...] = ((2048, 4), (4096, 8))      # (prompt tokens, decoding requests)
+    shared_decode: tuple[int, ...] = (8, 32)      # decode batches whose 2,048-token prompts share 90 %
+    shared_prefix: int = 1843
     repeats: int = 3
     warm_passes: int = 1
     vocab: tuple[int, int] = (2, 4096)
@@ -113,6 +117,14 @@ class Prober:
                 for out in (short, p.decode_tokens):
                     rows = [None if k is None else ProbeRow(0, "decode", 1, ctx, c, k, out) for _ in range(c)]
                     await asyncio.gather(*[self._send(self._ids(prompt), out, r) for r in rows])
+        prompt = p.decode_contexts[-1]
+        ctx = prompt + (short + p.decode_tokens) // 2
+        for c in p.shared_decode:
+            for out in (short, p.decode_tokens):
+                pre = self._ids(p.shared_prefix)
+                await self._send(pre, 1, None)                       # cache the shared prefix
+                rows = [None if k is None else ProbeRow(0, "decode", p.shared_prefix, ctx, c, k, out) for _ in range(c)]
+                await asyncio.gather(*[self._send(pre + self._ids(prompt - p.shared_prefix), out, r) for r in rows])
         for n, c in p.mixed:
             await self._mixed(n, c, -1 if k is None else k)
 

@@ -49,6 +49,7 @@ class BatchShape:
     sampling_prefills: int = 0     # prefill chunks that complete their prompt (LM head runs)
     decodes: int = 0               # |D|
     decode_ctx: int = 0            # Σ c_j
+    decode_distinct: int = -1      # tokens of the decodes' contexts that are distinct KV (-1: none shared)
 
     def add_prefill(self, q: int, c: int, samples: bool) -> None:
         self.prefill_tokens += q
@@ -107,8 +108,9 @@ class CostModel:
         t_new = b.prefill_tokens + b.decodes
         s = b.decodes + b.sampling_prefills
         pairs = b.prefill_full_pairs if self.extend_full_attention else b.prefill_pairs
-        flops = self._flin * t_new + self._flm * s + self._attn * (pairs + b.decode_ctx + b.decodes)
-        mem = self._w + self._kv_read * (b.prefill_ctx + b.decode_ctx) + self._kv_write * t_new
+        dctx = self.decode_context(b)
+        flops = self._flin * t_new + self._flm * s + self._attn * (pairs + dctx + b.decodes)
+        mem = self._w + self._kv_read * (b.prefill_ctx + dctx) + self._kv_write * t_new
         comm = 0.0
         if self.tp > 1:
             per_ar = self.hw.link_latency_s + self._ar_bytes * t_new / self.hw.link_bandwidth
@@ -117,6 +119,13 @@ class CostModel:
         ovh = (self.ovh.step_graph_s if graph else self.ovh.step_eager_s) + self.ovh.per_seq_s * b.seqs \
             + self.ovh.per_prefill_token_s * (b.prefill_ctx + b.prefill_tokens)
         return StepCost(flops * self._fc, mem * self._fm, comm, ovh)
+
+    def decode_context(self, b: BatchShape) -> float:
+        """Σ c_j as the step pays for it: a context token another decode of the step already read costs
+        ``kv_shared_cost`` of a first read (1: no saving)."""
+        if 0 <= b.decode_distinct < b.decode_ctx:
+            return b.decode_distinct + self.hw.kv_shared_cost * (b.decode_ctx - b.decode_distinct)
+        return float(b.decode_ctx)
 
     def step_time(self, b: BatchShape) -> float:
         return self.cost(b).total_s

@@ -77,6 +77,10 @@ class Replica:
                 yield self._wake
                 self._wake = None
                 continue
+            if step.shape.decodes:
+                distinct = sched.distinct_kv_tokens()
+                if 0 <= distinct < step.shape.decode_ctx:
+                    step.shape.decode_distinct = distinct
             dur = self.cost.step_time(step.shape)
             yield env.timeout(dur)
             self.busy_s += dur

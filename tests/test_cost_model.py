@@ -128,3 +128,36 @@ def test_per_prefill_token_overhead_counts_whole_sequences():
     assert with_term.cost(cached).overhead_s - without.cost(cached).overhead_s == pytest.approx(4160e-5)
     decode = shape(decodes=[4096] * 4)
     assert with_term.cost(decode).overhead_s == without.cost(decode).overhead_s
+
+
+def test_shared_decode_context_costs_kv_shared_cost_of_a_first_read():
+    import dataclasses
+    hw, tiny = load_hardware("cpu-base"), load_model("tiny-llama")
+    b = shape(decodes=[2048] * 16)
+    shared = dataclasses.replace(b, decode_distinct=1843 + 16 * 205)     # 16 contexts, 1,843 tokens shared
+    plain = CostModel(hw, tiny, "vllm-v1")
+    assert hw.kv_shared_cost == 1.0 and plain.step_time(shared) == plain.step_time(b)   # default: no saving
+    free = CostModel(dataclasses.replace(hw, kv_shared_cost=0.0), tiny, "vllm-v1")
+    half = CostModel(dataclasses.replace(hw, kv_shared_cost=0.5), tiny, "vllm-v1")
+    assert free.decode_context(shared) == shared.decode_distinct
+    assert half.decode_context(shared) == pytest.approx((shared.decode_distinct + b.decode_ctx) / 2)
+    assert free.step_time(shared) < half.step_time(shared) < plain.step_time(shared)
+
+
+@pytest.mark.parametrize("engine,over", [("vllm-v1", {"block_size": 32}), ("sglang-current", {"max_total_tokens": 65536})])
+def test_simulated_decodes_pay_shared_prefix_once_where_the_profile_says_so(engine, over):
+    """Block and radix caches share a prefix's KV between requests: with kv_shared_cost 0 the same trace
+    decodes faster than with the default (1)."""
+    import dataclasses
+
+    from scenarios import compile_trace, scenario_from_dict
+    from simulator.simulate import simulate
+    sc = {"name": "s", "seed": 1, "duration_s": 20.0, "arrivals": {"kind": "gamma", "rate": 0.5, "cv": 1.0},
+          "prompts": {"length": 2048, "sharing": 0.9, "vocab_low": 2, "vocab_high": 4096},
+          "outputs": {"planner": 32, "worker": 32, "aggregator": 64}}
+    trace = compile_trace(scenario_from_dict(sc))
+    hw = load_hardware("cpu-base")
+    runs = {c: simulate(trace, engine, dataclasses.replace(hw, kv_shared_cost=c), "tiny-llama", over, context=8192)
+            for c in (0.0, 1.0)}
+    e2e = {c: float((r.requests["last_token_s"] - r.requests["send_s"]).median()) for c, r in runs.items()}
+    assert e2e[0.0] < e2e[1.0]

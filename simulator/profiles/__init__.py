@@ -141,6 +141,7 @@ class HardwareProfile:
     path: str = ""
     kappa_attn: float = 1.0       # attention's cost per FLOP relative to the linear layers' (fitted on CPUs)
     device: str = "cuda"          # "cpu": engines resolve their CPU defaults (no CUDA graphs, CPU kernels)
+    kv_shared_cost: float = 1.0   # a decode context token another decode of the step already read, vs a first read
 
     def overhead(self, family: str) -> Overheads:
         if family not in self.overheads:

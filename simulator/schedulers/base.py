@@ -46,6 +46,10 @@ class SchedulerBase:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def distinct_kv_tokens(self) -> int:
+        """KV tokens held by requests, each shared one counted once (-1: unknown)."""
+        return -1
+
     def flush(self, now: float) -> list[Request]:
         """Called when the engine finds nothing to run: results still held back are delivered now. Returns
         the requests that thereby finish (none for engines that deliver a step's results at its end)."""
@@ -79,6 +83,9 @@ class BlockSchedulerBase(SchedulerBase):
 
     def kv_usage(self) -> float:
         return float(self.cache.usage())
+
+    def distinct_kv_tokens(self) -> int:
+        return int(self.cache.num_used) * int(self.cache.block_size)    # shared blocks counted once
 
     def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
         done = self.advance(step, now)

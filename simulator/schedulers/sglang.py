@@ -89,6 +89,9 @@ class SglangScheduler(SchedulerBase):
         """token_usage as SGLang reports it: evictable cached tokens count as free."""
         return (self.total - self.available - self.tree.evictable_size) / self.total
 
+    def distinct_kv_tokens(self) -> int:
+        return self.tree.protected_size + self.private      # locked prefixes counted once, plus private slots
+
     def _alloc(self, n: int) -> bool:
         if self.available < n:
             self.available += self.tree.evict(n - self.available)
