@@ -144,7 +144,8 @@ def test_shared_decode_context_costs_kv_shared_cost_of_a_first_read():
     assert free.step_time(shared) < half.step_time(shared) < plain.step_time(shared)
 
 
-@pytest.mark.parametrize("engine,over", [("vllm-v1", {"block_size": 32}), ("sglang-current", {"max_total_tokens": 65536})])
+@pytest.mark.parametrize("engine,over", [("vllm-v1", {"block_size": 32}),
+                                         ("sglang-current", {"max_total_tokens": 65536})])
 def test_simulated_decodes_pay_shared_prefix_once_where_the_profile_says_so(engine, over):
     """Block and radix caches share a prefix's KV between requests: with kv_shared_cost 0 the same trace
     decodes faster than with the default (1)."""
