@@ -23,18 +23,14 @@ BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": 
           "per_prefill_token_s": (0.0, 1e-3), "kv_shared_cost": (0.0, 1.0)}
 
 
+HARDWARE_PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "kv_shared_cost")  # the rest: overheads
+
+
 def with_params(hw: HardwareProfile, family: str, theta: dict[str, float]) -> HardwareProfile:
-    base = hw.overhead(family)
-    ovh = Overheads(step_graph_s=theta.get("step_graph_s", base.step_graph_s),
-                    step_eager_s=theta.get("step_eager_s", base.step_eager_s),
-                    per_seq_s=theta.get("per_seq_s", base.per_seq_s),
-                    per_prefill_token_s=theta.get("per_prefill_token_s", base.per_prefill_token_s))
+    base = dataclasses.asdict(hw.overhead(family))
+    ovh = Overheads(**{k: theta.get(k, v) for k, v in base.items()})
     return dataclasses.replace(hw, overheads={**hw.overheads, family: ovh},
-                               eta_compute=theta.get("eta_compute", hw.eta_compute),
-                               eta_bandwidth=theta.get("eta_bandwidth", hw.eta_bandwidth),
-                               kappa_kv=theta.get("kappa_kv", hw.kappa_kv),
-                               kappa_attn=theta.get("kappa_attn", hw.kappa_attn),
-                               kv_shared_cost=theta.get("kv_shared_cost", hw.kv_shared_cost))
+                               **{k: theta.get(k, getattr(hw, k)) for k in HARDWARE_PARAMS})
 
 
 @dataclasses.dataclass
@@ -62,9 +58,7 @@ def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Se
     squares, bounded)."""
     y = np.asarray(measured_s, dtype=float)
     free = list(free)
-    start = {"eta_compute": hw.eta_compute, "eta_bandwidth": hw.eta_bandwidth, "kappa_kv": hw.kappa_kv,
-             "kappa_attn": hw.kappa_attn, "kv_shared_cost": hw.kv_shared_cost,
-             **dataclasses.asdict(hw.overhead(family))}
+    start = {**{k: getattr(hw, k) for k in HARDWARE_PARAMS}, **dataclasses.asdict(hw.overhead(family))}
     x0 = np.array([min(max(start[p], BOUNDS[p][0]), BOUNDS[p][1]) for p in free])
 
     def predict(x: np.ndarray) -> np.ndarray:
@@ -88,7 +82,7 @@ def write_profile(src: str | Path, out: str | Path, family: str, params: dict[st
     cost = data["cost"]
     for k, v in params.items():
         node = {"value": round(float(v), 6), "basis": "fitted", "source": source}
-        if k in ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "kv_shared_cost"):
+        if k in HARDWARE_PARAMS:
             cost[k] = node
         else:
             cost["overheads"][family][k] = node

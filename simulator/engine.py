@@ -78,9 +78,7 @@ class Replica:
                 self._wake = None
                 continue
             if step.shape.decodes:
-                distinct = sched.distinct_kv_tokens()
-                if 0 <= distinct < step.shape.decode_ctx:
-                    step.shape.decode_distinct = distinct
+                step.shape.decode_distinct = sched.distinct_kv_tokens()
             dur = self.cost.step_time(step.shape)
             yield env.timeout(dur)
             self.busy_s += dur
