@@ -4,6 +4,7 @@ the arms carry the study's flags, and the Terraform parses with documented varia
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import hcl2
@@ -81,6 +82,9 @@ def test_checkov_passes_on_infra():
     import subprocess
     exe = ROOT / ".checkov-venv" / "bin" / "checkov"
     assert exe.exists(), "make checkov installs it"
+    # sequential runners: checkov's default forks worker processes, which once hung for the whole timeout
+    # here (a fork from a threaded process); in sequence it takes about 3 s over infra/
+    env = {**os.environ, "CHECKOV_PARALLELIZATION_TYPE": "none"}
     r = subprocess.run([str(exe), "-d", str(ROOT / "infra"), "--quiet", "--compact", "--skip-download"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:]
