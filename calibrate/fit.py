@@ -20,7 +20,7 @@ PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_
           "per_prefill_token_s")
 BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.02, 4.0), "kappa_attn": (0.1, 20.0),
           "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01),
-          "per_prefill_token_s": (0.0, 1e-3), "kv_shared_cost": (0.0, 1.0)}
+          "per_prefill_token_s": (0.0, 1e-3), "kv_shared_cost": (0.0, 1.0), "request_s": (0.0, 0.1)}
 
 
 HARDWARE_PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "kv_shared_cost")  # the rest: overheads
@@ -42,12 +42,23 @@ class FitResult:
 
 
 Steps = list[tuple[float, BatchShape]]       # weighted steps whose summed time is one observation
-Observed = BatchShape | Steps
+
+
+@dataclasses.dataclass
+class Window:
+    """A request's window as a client sees it (send → first token): its steps plus the front end's
+    per-request latency, once."""
+    steps: Steps
+
+
+Observed = BatchShape | Steps | Window
 
 
 def predict_time(cm: CostModel, obs: Observed) -> float:
     if isinstance(obs, BatchShape):
         return cm.step_time(obs)
+    if isinstance(obs, Window):
+        return cm.request_latency + predict_time(cm, obs.steps)
     return sum(w * cm.step_time(b) for w, b in obs)
 
 

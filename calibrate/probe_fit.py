@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from analysis.records import RunRecord, read_run
-from calibrate.fit import FitResult, Observed, Steps, fit_steps, write_profile
+from calibrate.fit import FitResult, Observed, Steps, Window, fit_steps, write_profile
 from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
@@ -15,7 +16,48 @@ FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s"
         "per_prefill_token_s", "kv_shared_cost")
 
 
+def free_params(family: str) -> tuple[str, ...]:
+    """The coefficients a probe fit frees for an engine family. The front end's per-request latency
+    (``request_s``) is separate from step costs only where the front end has cores of its own: vLLM's CPU
+    backend binds the model's threads to all cores but one and leaves that one to its API server and
+    engine core (its log: ``reserved_cpus``), so per-request work there runs beside the forward — a
+    latency. SGLang's CPU path binds its threads to every core (``local_omp_cpuid=0,1`` on two), so its
+    tokenizer and detokenizer processes take their per-request work from the forward: engine time, which
+    the step overheads carry (measured: each 64-token request injected among 8 decoding streams took
+    4–16 ms of their time, its own prefill step included)."""
+    return FREE + ("request_s",) if family.startswith("vllm") else FREE
+
+
 MIXED_DECODE_CONTEXT = 300          # the mixed probe's decodes: 256-token prompts, ~50 tokens in
+
+
+def chunk_budget(cfg: dict[str, Any]) -> int | None:
+    """The most prompt tokens one step of this engine prefills (None: a whole prompt in one step), from
+    its resolved configuration: vLLM's ``max_num_batched_tokens`` when chunked prefill is on, SGLang's
+    ``chunked_prefill_size`` (≤ 0 turns chunking off)."""
+    if "chunked_prefill_size" in cfg:
+        size = int(cfg.get("chunked_prefill_size") or 0)
+        return size if size > 0 else None
+    if cfg.get("enable_chunked_prefill") or cfg.get("arg.enable_chunked_prefill"):
+        budget = cfg.get("max_num_batched_tokens") or cfg.get("arg.max_num_batched_tokens")
+        return int(budget) if budget else None
+    return None
+
+
+def prefill_steps(new: int, hit: int, budget: int | None) -> Steps:
+    """A lone prompt's prefill as the engine runs it: one step, or (a chunk budget below its uncached
+    tokens) one step per chunk, each over the context the earlier chunks wrote. Probing one engine with
+    and without a budget is what separates per-step costs from the front end's per-request latency."""
+    per = new if budget is None or budget >= new else budget
+    steps: Steps = []
+    done = 0
+    while done < new:
+        k = min(per, new - done)
+        b = BatchShape()
+        b.add_prefill(k, hit + done, done + k >= new)
+        steps.append((1.0, b))
+        done += k
+    return steps
 
 
 def _sglang_mixed_window(n: int, c: int, cfg: dict[str, Any]) -> Steps:
@@ -23,8 +65,7 @@ def _sglang_mixed_window(n: int, c: int, cfg: dict[str, Any]) -> Steps:
     under way when the prompt arrives (half of one on average), each prefill chunk alone at its own offset
     (decodes wait), and — where the overlap scheduler's forward runs inline (a CPU) — the decode step after
     which the prompt's token is streamed."""
-    chunk = int(cfg.get("chunked_prefill_size") or n)
-    chunk = n if chunk <= 0 else chunk
+    chunk = chunk_budget(cfg) or n
     dec = BatchShape()
     for _ in range(c):
         dec.add_decode(MIXED_DECODE_CONTEXT)
@@ -42,10 +83,10 @@ def _sglang_mixed_window(n: int, c: int, cfg: dict[str, Any]) -> Steps:
 
 
 def _mixed_shape(n: int, c: int, cfg: dict[str, Any]) -> tuple[BatchShape, int]:
-    """vLLM: the average step of a mixed probe and how many steps its prompt takes (it batches the c
-    decodes with each chunk of the prompt, budget B shared)."""
+    """vLLM: the average step of a mixed probe's window and how many steps its prompt takes (it batches
+    the c decodes with each chunk of the prompt, budget B shared)."""
     b = BatchShape()
-    budget = int(cfg.get("max_num_batched_tokens") or cfg.get("arg.max_num_batched_tokens") or n + c)
+    budget = chunk_budget(cfg) or n + c
     per = max(1, budget - c)
     steps = max(1, -(-n // per))
     b.add_prefill(n // steps, n // 2 if steps > 1 else 0, True)
@@ -97,10 +138,7 @@ def _legacy_or_single(p: dict[str, Any], r: Any, rec: RunRecord, cfg: dict[str, 
         w = rec.meta.get("mixed_windows", {}).get(str(p["request_id"]))
         if not w or w["window_s"] <= 0:
             return None
-        if family == "sglang":
-            return float(w["window_s"])           # the whole window against its steps
-        _, steps = _mixed_shape(p["new_tokens"], p["concurrency"], cfg)
-        return float(w["window_s"]) / steps
+        return float(w["window_s"])               # the whole window against its steps
     if p["kind"] == "decode":
         n = int(r["output_tokens"])
         span = float(r["last_token_s"] - r["first_token_s"])
@@ -111,34 +149,37 @@ def _legacy_or_single(p: dict[str, Any], r: Any, rec: RunRecord, cfg: dict[str, 
 
 
 def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], family: str) -> Observed:
-    if kind == "mixed" and family == "sglang":
-        return _sglang_mixed_window(n, c, cfg)
-    b = BatchShape()
+    """What the engine ran for one probe: a Window (send → first token: its steps and the front end's
+    latency) for prefill, cached and mixed probes; one decode step for decode probes."""
+    if kind == "mixed":
+        if family == "sglang":
+            return Window(_sglang_mixed_window(n, c, cfg))
+        avg, steps = _mixed_shape(n, c, cfg)
+        return Window([(float(steps), avg)])
     if kind == "prefill":
-        b.add_prefill(n, 0, True)
-    elif kind == "cached":
+        return Window(prefill_steps(n, 0, chunk_budget(cfg)))
+    if kind == "cached":
         hit = (ctx // bs) * bs                  # whole cached blocks of the shared part
-        b.add_prefill(n + ctx - hit, hit, True)
-    elif kind == "mixed":
-        b, _ = _mixed_shape(n, c, cfg)
-    else:
-        for _ in range(c):
-            b.add_decode(ctx)
-        if n > 1:                               # c contexts sharing their first n tokens (whole blocks)
-            hit = (n // bs) * bs
-            b.decode_distinct = hit + c * (ctx - hit)
+        return Window(prefill_steps(n + ctx - hit, hit, chunk_budget(cfg)))
+    b = BatchShape()
+    for _ in range(c):
+        b.add_decode(ctx)
+    if n > 1:                                   # c contexts sharing their first n tokens (whole blocks)
+        hit = (n // bs) * bs
+        b.decode_distinct = hit + c * (ctx - hit)
     return b
 
 
-def fit_probes(paths: list[str | Path], engine_family: str, model: str, base: str,
+def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base: str,
                out: str | Path) -> tuple[FitResult, list[tuple[Observed, float, str]]]:
     recs = [read_run(p) for p in paths]
     obs = [o for r in recs for o in observations(r, engine_family)]
     full = any(extends_whole_sequence(r.meta.get("engine_config", {}).get("attention_backend")) for r in recs)
-    if len(obs) < len(FREE):
-        raise ServetwinError(f"only {len(obs)} usable probe observations; need at least {len(FREE)}")
+    free = free_params(engine_family)
+    if len(obs) < len(free):
+        raise ServetwinError(f"only {len(obs)} usable probe observations; need at least {len(free)}")
     hw, mp = load_hardware(base), load_model(model)
-    res = fit_steps(hw, mp, engine_family, [o[0] for o in obs], [o[1] for o in obs], free=FREE,
+    res = fit_steps(hw, mp, engine_family, [o[0] for o in obs], [o[1] for o in obs], free=free,
                     extend_full_attention=full)
     quality: dict[str, Any] = {"method": "bounded relative least squares on probe step times",
                                "r2": round(res.r2, 4), "mape": round(res.mape, 4), "observations": len(obs),

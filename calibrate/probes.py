@@ -55,6 +55,12 @@ class ProbePlan:
     warm_passes: int = 1
     vocab: tuple[int, int] = (2, 4096)
 
+    @classmethod
+    def chunking(cls, repeats: int = 3) -> ProbePlan:
+        """Only the shapes a chunk budget changes (lone prefills, cached-prefix prefills, a prefill among
+        decodes): what a second configuration of the same engine adds to its fit."""
+        return cls(decode_batches=(), shared_decode=(), repeats=repeats)
+
 
 @dataclass
 class ProbeRow:

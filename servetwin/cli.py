@@ -140,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--vocab", type=int, nargs=2, default=[2, 4096], metavar=("LOW", "HIGH"),
                    help="token-id range for probe prompts (exclude special tokens)")
+    p.add_argument("--chunking", action="store_true",
+                   help="only the shapes a chunk budget changes (a second configuration of an engine already probed)")
     p.set_defaults(fn=c.cmd_calibrate_probe)
     p = csub.add_parser("fit", help="fit the cost model's coefficients to probe records → a profile YAML")
     p.add_argument("probes", nargs="+")

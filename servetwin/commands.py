@@ -242,7 +242,8 @@ def _first_model(endpoint: str) -> str:
 
 def cmd_calibrate_probe(a: argparse.Namespace) -> int:
     from calibrate.probes import ProbePlan, probe
-    plan = ProbePlan(repeats=a.repeats, vocab=(a.vocab[0], a.vocab[1]))
+    plan = ProbePlan.chunking(a.repeats) if a.chunking else ProbePlan(repeats=a.repeats)
+    plan.vocab = (a.vocab[0], a.vocab[1])
     rec = probe(a.endpoint, a.model or _first_model(a.endpoint), a.out, plan, a.engine_log)
     ok = int(rec.requests["ok"].sum())
     print(f"wrote {a.out}: {ok}/{len(rec.requests)} probe requests ok")

@@ -129,3 +129,9 @@ class CostModel:
 
     def step_time(self, b: BatchShape) -> float:
         return self.cost(b).total_s
+
+    @property
+    def request_latency(self) -> float:
+        """Seconds between a request's arrival and the scheduler seeing it (the front end's per-request
+        latency; 0 unless fitted). It adds to the request's TTFT and E2E, not to any step."""
+        return self.ovh.request_s

@@ -1,10 +1,11 @@
 """One engine replica as a SimPy process: schedule → batch → duration from the cost model → advance
 time → emit tokens, finish, free.
 
-Ties: SimPy orders events at the same simulated time by the order in which they were scheduled; a
-step's completion and an arrival at the same instant are therefore handled in scheduling order, and
-requests that become issuable during a step are seen by the next ``schedule()`` call. Client timeouts
-are applied at step boundaries.
+A request reaches the scheduler ``CostModel.request_latency`` after it arrives (the front end's
+per-request latency, 0 unless fitted). Ties: SimPy orders events at the same simulated time by the
+order in which they were scheduled; a step's completion and an arrival at the same instant are
+therefore handled in scheduling order, and requests that become issuable during a step are seen by the
+next ``schedule()`` call. Client timeouts are applied at step boundaries.
 """
 
 from __future__ import annotations
@@ -28,10 +29,22 @@ class Replica:
         self.step_id = 0
         self._wake: simpy.Event | None = None
         self._aborts: list[Request] = []
+        self._front: set[int] = set()             # ids of requests still in the front end (request latency)
         self.busy_s = 0.0
         env.process(self._loop())
 
     def submit(self, req: Request) -> None:
+        lat = self.cost.request_latency
+        if lat <= 0:
+            self._admit(req)
+            return
+        self._front.add(id(req))
+        self.env.timeout(lat).callbacks.append(lambda _e: self._admit(req))
+
+    def _admit(self, req: Request) -> None:
+        self._front.discard(id(req))
+        if req.error:                             # timed out while still in the front end
+            return
         self.sched.add(req, self.env.now)
         self._kick()
 
@@ -46,7 +59,8 @@ class Replica:
     def _apply_aborts(self) -> None:
         for r in self._aborts:
             if not r.is_finished and not r.error:
-                self.sched.abort(r, self.env.now)
+                if id(r) not in self._front:      # never reached the scheduler: nothing to abort there
+                    self.sched.abort(r, self.env.now)
                 r.error = "timeout"
                 self.on_finish(r)
         self._aborts.clear()

@@ -22,18 +22,32 @@ TRUE = {"eta_compute": 0.2, "eta_bandwidth": 0.1, "kappa_kv": 0.3, "step_graph_s
         "per_seq_s": 2e-5}
 
 
-def synthetic_probes(path: Path, noise: float, seed: int, disturbed: float = 1.0) -> None:
+def synthetic_probes(path: Path, noise: float, seed: int, disturbed: float = 1.0, true: dict | None = None,
+                     budget: int | None = None) -> None:
     """A probe record whose times come from the cost model with known coefficients (+ noise); the second
-    of three repeats of every decode probe is ``disturbed`` times slower (a starved API process)."""
-    hw = with_params(load_hardware("cpu-base"), "vllm-v1", TRUE)
+    of three repeats of every decode probe is ``disturbed`` times slower (a starved API process). With a
+    chunk ``budget`` the engine prefills a prompt in steps of at most that many tokens; a lone request's
+    TTFT is the front end's latency (``request_s``) plus its prefill steps."""
+    hw = with_params(load_hardware("cpu-base"), "vllm-v1", true or TRUE)
     cm = CostModel(hw, load_model("tiny-llama"), "vllm-v1")
     rng = np.random.default_rng(seed)
     plan, rows, probes = ProbePlan(), [], []
     rid = 0
 
+    def prefill_time(n: int, ctx: int) -> float:
+        done, t = 0, cm.request_latency
+        while done < n:
+            k = min(budget or n, n - done)
+            b = BatchShape()
+            b.add_prefill(k, ctx + done, done + k >= n)
+            t += cm.step_time(b)
+            done += k
+        return t
+
     def add(kind: str, n: int, ctx: int, c: int, shape: BatchShape, tokens: int, rep: int = 0) -> None:
         nonlocal rid
-        step = cm.step_time(shape) * (1 + rng.normal(0, noise)) * (disturbed if kind == "decode" and rep == 1 else 1)
+        base = cm.step_time(shape) if kind == "decode" else prefill_time(n, ctx)
+        step = base * (1 + rng.normal(0, noise)) * (disturbed if kind == "decode" and rep == 1 else 1)
         first = 0.01 + (step if kind != "decode" else 0.05 * c)     # decode: the c prompts' prefill first
         last = first + (tokens - 1) * step if kind == "decode" else first
         rows.append({"request_id": rid, "dag_id": rid, "role": "probe", "planned_s": 0.0, "send_s": 0.01,
@@ -60,7 +74,9 @@ def synthetic_probes(path: Path, noise: float, seed: int, disturbed: float = 1.0
                     for _ in range(c):
                         add("decode", 1, ctx, c, b, out, rep)
     meta = {"run_id": "p", "source": "probe", "trace_digest": "", "scenario": {}, "seed": 0, "engine": "probe",
-            "engine_config": {"block_size": 32}, "hardware": "live", "model": "tiny-llama", "offered_load_rps": 0.0,
+            "engine_config": {"block_size": 32, "enable_chunked_prefill": budget is not None,
+                              "max_num_batched_tokens": budget or 8192},
+            "hardware": "live", "model": "tiny-llama", "offered_load_rps": 0.0,
             "run_window": {"duration_s": 1.0}, "exclusion": {}, "telemetry_summary": {}, "versions": {},
             "probes": probes}
     write_run(RunRecord(meta=meta, requests=pd.DataFrame(rows)), path)
@@ -99,6 +115,25 @@ def test_probe_fit_recovers_known_coefficients(tmp_path: Path):
         assert fit_cm.step_time(shape) == pytest.approx(true_cm.step_time(shape), rel=0.08)
     hw = load_hardware(str(tmp_path / "fitted.yaml"))
     assert hw.eta_compute == pytest.approx(res.params["eta_compute"], rel=1e-4)
+
+
+def test_probe_fit_separates_the_front_ends_request_latency_from_step_costs(tmp_path: Path):
+    """An engine with a per-request front-end latency (6 ms) and no fixed prefill-step cost, probed with
+    and without a 512-token chunk budget: its chunked prefills (one step per chunk) are what tell the two
+    apart. The fit recovers the latency, and a chunked prompt costs what the engine says, not one step
+    overhead per chunk more."""
+    true = {**TRUE, "step_eager_s": 0.0, "request_s": 0.006}
+    synthetic_probes(tmp_path / "whole", noise=0.01, seed=3, true=true)
+    synthetic_probes(tmp_path / "c512", noise=0.01, seed=4, true=true, budget=512)
+    res, obs = fit_probes([tmp_path / "whole", tmp_path / "c512"], "vllm-v1", "tiny-llama", "cpu-base",
+                          tmp_path / "fitted.yaml")
+    assert res.mape < 0.03
+    assert res.params["request_s"] == pytest.approx(0.006, abs=0.0015)
+    assert res.params["step_eager_s"] < 0.0015
+    chunked = [o for o, _, k in obs if k == "prefill" and len(o.steps) == 4]          # 2,048 tokens: 4 chunks
+    assert [b.prefill_ctx for _, b in chunked[0].steps] == [0, 512, 1024, 1536]
+    assert load_hardware(str(tmp_path / "fitted.yaml")).overhead("vllm-v1").request_s == pytest.approx(
+        res.params["request_s"], abs=1e-6)
 
 
 def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_trace):
@@ -148,13 +183,17 @@ def test_twin_study_keeps_pace_table():
 def test_twin_study_target_checks():
     from calibrate.twin_study import target_checks
     gaps = pd.DataFrame([
-        {"pair": "vllm-nochunk/sglang-lpm", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 0.22},
-        {"pair": "vllm-c512/sglang-lpm-c512", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 1.3}])
+        {"pair": "vllm-nochunk/sglang-lpm", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 0.22,
+         "measured_lo": 0.15, "measured_hi": 0.3},
+        {"pair": "vllm-c512/sglang-lpm-c512", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 1.3,
+         "measured_lo": 0.1, "measured_hi": 0.4}])
     phi = pd.DataFrame([{"metric": "ttft_p50", "measured_phi": 0.1, "simulated_phi": 0.3}])
     per = pd.DataFrame([{"config": "vllm-c512", "metric": "e2e_p50", "measured": 1.0, "simulated": 1.1,
                          "rel_error": 0.1}])
     t = target_checks("c", gaps, phi, per).set_index(["target", "what"])
     assert t.loc[("gap ttft_p50", "defaults"), "met"]                        # +10 %, same side
+    assert t.loc[("gap ttft_p50", "defaults"), "in_measured_ci"]             # 0.22 inside [0.15, 0.3]
+    assert not t.loc[("gap ttft_p50", "matched"), "in_measured_ci"]
     assert not t.loc[("gap ttft_p50", "matched"), "same_side"]               # 0.2 vs 1.3: opposite sides
     assert not t.loc[("phi ttft_p50", "defaults vs matched"), "met"]         # off by 0.2 > 0.15
     assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]
@@ -234,3 +273,13 @@ def test_sglang_mixed_probe_is_its_window_of_exact_steps():
     assert cpu[-1] == (1.0, cpu[0][1])                                   # inline forward: one decode more
     gpu = _sglang_mixed_window(2048, 4, {"chunked_prefill_size": 4096, "device": "cuda"})
     assert len(gpu) == 2 and gpu[1][1].prefill_tokens == 2048 and gpu[1][1].prefill_ctx == 0
+
+
+def test_chunk_budget_read_from_each_engines_resolved_configuration():
+    from calibrate.probe_fit import chunk_budget, free_params
+    assert chunk_budget({"enable_chunked_prefill": False, "arg.max_num_batched_tokens": 8192}) is None
+    assert chunk_budget({"arg.enable_chunked_prefill": True, "arg.max_num_batched_tokens": 512}) == 512
+    assert chunk_budget({"chunked_prefill_size": 4096, "device": "cpu"}) == 4096
+    assert chunk_budget({"chunked_prefill_size": -1}) is None
+    # the front end's latency is a free coefficient only where it has cores of its own (vLLM's CPU backend)
+    assert "request_s" in free_params("vllm-v1") and "request_s" not in free_params("sglang")

@@ -162,3 +162,36 @@ def test_simulated_decodes_pay_shared_prefix_once_where_the_profile_says_so(engi
             for c in (0.0, 1.0)}
     e2e = {c: float((r.requests["last_token_s"] - r.requests["send_s"]).median()) for c, r in runs.items()}
     assert e2e[0.0] < e2e[1.0]
+
+
+def _light_trace():
+    from scenarios import compile_trace, scenario_from_dict
+    sc = {"name": "s", "seed": 2, "duration_s": 30.0, "arrivals": {"kind": "gamma", "rate": 0.1, "cv": 1.0},
+          "prompts": {"length": 1024, "sharing": 0.5, "vocab_low": 2, "vocab_high": 4096},
+          "outputs": {"planner": 8, "worker": 8, "aggregator": 8}}
+    return compile_trace(scenario_from_dict(sc))
+
+
+def _with_request_latency(hw, family: str, seconds: float):
+    import dataclasses
+    ovh = dataclasses.replace(hw.overhead(family), request_s=seconds)
+    return dataclasses.replace(hw, overheads={**hw.overheads, family: ovh})
+
+
+@pytest.mark.parametrize("engine,family,over", [("vllm-v1", "vllm-v1", {"block_size": 32}),
+                                                ("sglang-current", "sglang", {"max_total_tokens": 65536})])
+def test_request_latency_delays_requests_not_steps(engine, family, over):
+    """The front end's per-request latency adds to each request's TTFT and E2E; the engine's steps (its
+    busy time) are unchanged. A request timing out while still in the front end is failed cleanly."""
+    from simulator.simulate import simulate
+    trace, hw = _light_trace(), load_hardware("cpu-base")
+    base = simulate(trace, engine, hw, "tiny-llama", over, context=8192, check_every=1)
+    late = simulate(trace, engine, _with_request_latency(hw, family, 0.02), "tiny-llama", over, context=8192,
+                    check_every=1)
+    ttft = {k: (r.requests["first_token_s"] - r.requests["send_s"]) for k, r in (("base", base), ("late", late))}
+    shift = (ttft["late"] - ttft["base"]).median()
+    assert shift == pytest.approx(0.02, abs=1e-3)
+    assert late.meta["busy_s"] == pytest.approx(base.meta["busy_s"], rel=0.02)
+    lost = simulate(trace, engine, _with_request_latency(hw, family, 5.0), "tiny-llama", over, context=8192,
+                    timeout_s=1.0)
+    assert (lost.requests["error"] == "timeout").all()

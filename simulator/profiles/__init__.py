@@ -122,6 +122,8 @@ class Overheads:
     step_eager_s: float
     per_seq_s: float
     per_prefill_token_s: float = 0.0   # host-side work per token of each prefilled sequence (its whole length)
+    request_s: float = 0.0   # the front end's latency per request (HTTP, input processing, hand-off to the
+    #                          scheduler, first token back): it delays the request, it does not lengthen steps
 
 
 @dataclass(frozen=True)
