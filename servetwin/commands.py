@@ -195,6 +195,8 @@ def cmd_cost(a: argparse.Namespace) -> int:
           "context tokens)")
     print(f"  combined {1000 * (sc.total_s - sc.overhead_s - sc.comm_s):8.2f} ms  sqrt(compute² + memory²)")
     print(f"  comm     {sc.comm_s * 1000:8.2f} ms\n  overhead {sc.overhead_s * 1000:8.2f} ms  ({b.seqs} sequences)")
+    if cm.request_latency > 0:
+        print(f"  + front end {cm.request_latency * 1000:.2f} ms per request (its TTFT, not the step)")
     return 0
 
 
