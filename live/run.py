@@ -24,6 +24,7 @@ import pandas as pd
 
 from analysis.records import RunRecord, default_exclusion, write_run
 from live import config_capture as cc
+from live import host
 from live import telemetry as tm
 from live.dispatcher import DispatchConfig, Replay
 from live.records import JsonlSink, read_jsonl
@@ -145,6 +146,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
         scraper = tm.Scraper(cfg.endpoint.rstrip("/") + "/metrics", opts.metrics_interval_s)
         stop = asyncio.Event()
         start_unix = time.time()
+        host0 = host.sample()
         scrape = asyncio.create_task(scraper.run(client, replay.start_clock(), stop))
         try:
             await replay.run()
@@ -158,6 +160,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
             await asyncio.gather(scrape, return_exceptions=True)
             sink.close()
         end_unix = time.time()
+        host_state = host.summary(host0, host.sample(), end_unix - start_unix)
         tel = scraper.frame()
         if opts.prometheus_url:
             try:
@@ -173,7 +176,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
                            "end_s": end_unix - start_unix, "start_unix": start_unix},
             "exclusion": {**default_exclusion(), "warmup_requests_discarded": cfg.warmup},
             "versions": _versions(), "endpoint": cfg.endpoint, "status": status,
-            "request_timeout_s": cfg.timeout_s}
+            "request_timeout_s": cfg.timeout_s, "host": host_state}
     rec = build_record(trace, read_jsonl(journal / "requests.jsonl"), meta, tel)
     write_run(rec, out)
     (out / "requests.jsonl").write_bytes((journal / "requests.jsonl").read_bytes())
@@ -207,4 +210,10 @@ def summary_line(rec: RunRecord) -> str:
     m = rec.meta
     return (f"{m['status']}, {'passed' if m['passed'] else 'FAILED'}: {m['success_fraction']:.1%} ok"
             + (f", errors {json.dumps(m['errors_by_kind'])}" if m["errors_by_kind"] else "")
-            + f", dispatch lag p50 {m['dispatch_lag_s']['p50'] * 1000:.2f} ms")
+            + f", dispatch lag p50 {m['dispatch_lag_s']['p50'] * 1000:.2f} ms"
+            + _host_words(m.get("host") or {}))
+
+
+def _host_words(h: dict[str, Any]) -> str:
+    parts = [f"{k} {h[f'cpu_{k}_share']:.1%}" for k in ("steal", "pressure") if h.get(f"cpu_{k}_share") is not None]
+    return f", host CPU {' / '.join(parts)}" if parts else ""

@@ -102,6 +102,7 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     m = run_metrics(rec)
     lag = rec.meta["dispatch_lag_s"]
     assert m["ttft_p50"] > 0 and m["tpot_p50"] > 0 and 0 <= lag["p50"] <= lag["max"]
+    assert rec.meta["host"]["cpus"] >= 1 and rec.meta["host"]["cpu_steal_s"] >= 0   # the host's state over the run
 
 
 def test_engine_killed_mid_run_keeps_every_record(model_dir: Path, tmp_path: Path):
