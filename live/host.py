@@ -23,8 +23,7 @@ class HostSample:
 def _steal_s(proc: Path) -> float | None:
     try:
         fields = (proc / "stat").read_text().splitlines()[0].split()
-        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        return int(fields[8]) / hz if fields[0] == "cpu" and len(fields) > 8 else None
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else None
     except (OSError, ValueError, IndexError):
         return None
 
