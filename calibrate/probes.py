@@ -36,6 +36,7 @@ import pandas as pd
 
 from analysis.records import RunRecord, default_exclusion, write_run
 from live.dispatcher import DispatchConfig, stream_one
+from live.priority import client_scheduling
 from live.records import LiveRequest
 from live.run import capture_config, run_loop, wait_healthy
 
@@ -196,7 +197,8 @@ def probe(endpoint: str, model: str, out: str | Path, plan: ProbePlan | None = N
         "offered_load_rps": math.nan, "run_window": {"start_s": 0.0, "duration_s": float(req["last_token_s"].max()),
                                                      "end_s": float(req["last_token_s"].max())},
         "exclusion": {**default_exclusion(), "exclude_first_dags": 0}, "telemetry_summary": {},
-        "versions": {}, "probes": [asdict(r) for r in pr.rows], "plan": asdict(plan), "mixed_windows": windows}
+        "versions": {}, "probes": [asdict(r) for r in pr.rows], "plan": asdict(plan), "mixed_windows": windows,
+        "client": {"scheduling": client_scheduling()}}
     rec = RunRecord(meta=meta, requests=req, chunks=chunks)
     write_run(rec, out)
     return rec

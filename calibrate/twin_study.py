@@ -36,6 +36,7 @@ from calibrate.probe_fit import fit_probes
 from calibrate.probes import ProbePlan, probe
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
+from live.priority import realtime_client
 from live.run import LiveOptions, run_live
 from paper_figures.figures import measured_vs_simulated
 from scenarios.compiler import compile_trace
@@ -150,7 +151,9 @@ def summarise(out: Path, conditions: list[tuple[float, float]]) -> str:
         phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
         per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
         checks.append(target_checks(cond, gaps, phi, per_config))
-        parts += [f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
+        parts += [f"## {cond}: the client (dispatch lag: send time minus planned time; over 10 ms the client's own "
+                  "queueing is in its timestamps)\n", to_markdown(client_table(lives)), "",
+                  f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
                   to_markdown(keeps_pace_table(sbs)),
                   f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(per_config),
                   f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
@@ -202,6 +205,17 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
     return pd.DataFrame(rows)
 
 
+def client_table(lives: list[Any]) -> pd.DataFrame:
+    """Per configuration: the client's scheduling and its worst dispatch lag over the seeds."""
+    rows = [{"config": r.meta["engine"], "client": (r.meta.get("client") or {}).get("scheduling", "not recorded"),
+             "lag_p99_ms": 1000 * float(r.meta["dispatch_lag_s"]["p99"]),
+             "lag_max_ms": 1000 * float(r.meta["dispatch_lag_s"]["max"])} for r in lives]
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).groupby("config").agg(client=("client", "first"), worst_lag_p99_ms=("lag_p99_ms", "max"),
+                                                    worst_lag_max_ms=("lag_max_ms", "max")).reset_index()
+
+
 def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: mean pace and the share of seeds keeping pace, measured and simulated."""
     p = sbs[sbs["metric"] == "pace"]
@@ -216,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/twin")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rate", type=float, default=None, help="skip the capacity search; use this DAG rate")
+    ap.add_argument("--no-realtime-client", action="store_true",
+                    help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "
+                         "the engines share its 2 CPUs)")
     a = ap.parse_args(argv)
+    if not a.no_realtime_client:
+        print(f"client scheduling: {realtime_client()}", file=sys.stderr)
     out = Path(a.out)
     seeds = [1, 2] if a.quick else [1, 2, 3]
     duration = 40.0 if a.quick else 45.0

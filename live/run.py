@@ -27,6 +27,7 @@ from live import config_capture as cc
 from live import host
 from live import telemetry as tm
 from live.dispatcher import DispatchConfig, Replay
+from live.priority import client_scheduling
 from live.records import JsonlSink, read_jsonl
 from scenarios.errors import ServetwinError
 from scenarios.trace import Trace
@@ -123,7 +124,18 @@ def build_record(trace: Trace, rows: list[dict[str, Any]], meta: dict[str, Any],
             "dispatch_lag_s": {"p50": float(lag.quantile(0.5)) if len(lag) else math.nan,
                                "p99": float(lag.quantile(0.99)) if len(lag) else math.nan,
                                "max": float(lag.max()) if len(lag) else math.nan}}
+    if len(lag) and (p99 := float(lag.quantile(0.99))) > CLIENT_LAG_WARN_S:
+        meta["measurement_warnings"] = [*meta.get("measurement_warnings", []), client_lag_warning(p99)]
     return RunRecord(meta=meta, requests=req, telemetry=tel, chunks=chunks)
+
+
+CLIENT_LAG_WARN_S = 0.010     # a client this late on 1 % of its sends is also late reading chunks
+
+
+def client_lag_warning(p99_s: float) -> str:
+    return (f"client lag: 1 % of requests were sent over {p99_s * 1000:.0f} ms after their planned time; the "
+            "client was kept off a CPU, so its timestamps include its own queueing (a client sharing cores with "
+            "the engine: run it with --realtime-client, or on another host)")
 
 
 def _run_id(trace: Trace, label: str, t_unix: float) -> str:
@@ -176,7 +188,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
                            "end_s": end_unix - start_unix, "start_unix": start_unix},
             "exclusion": {**default_exclusion(), "warmup_requests_discarded": cfg.warmup},
             "versions": _versions(), "endpoint": cfg.endpoint, "status": status,
-            "request_timeout_s": cfg.timeout_s, "host": host_state}
+            "request_timeout_s": cfg.timeout_s, "host": host_state, "client": {"scheduling": client_scheduling()}}
     rec = build_record(trace, read_jsonl(journal / "requests.jsonl"), meta, tel)
     write_run(rec, out)
     (out / "requests.jsonl").write_bytes((journal / "requests.jsonl").read_bytes())
@@ -211,7 +223,10 @@ def summary_line(rec: RunRecord) -> str:
     return (f"{m['status']}, {'passed' if m['passed'] else 'FAILED'}: {m['success_fraction']:.1%} ok"
             + (f", errors {json.dumps(m['errors_by_kind'])}" if m["errors_by_kind"] else "")
             + f", dispatch lag p50 {m['dispatch_lag_s']['p50'] * 1000:.2f} ms"
-            + _host_words(m.get("host") or {}))
+            + f" / p99 {m['dispatch_lag_s']['p99'] * 1000:.2f} ms"
+            + ("" if not m.get("client") else f" (client {m['client']['scheduling']})")
+            + _host_words(m.get("host") or {})
+            + "".join(f"\n  warning: {w}" for w in m.get("measurement_warnings", [])))
 
 
 def _host_words(h: dict[str, Any]) -> str:

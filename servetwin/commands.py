@@ -200,6 +200,15 @@ def cmd_cost(a: argparse.Namespace) -> int:
     return 0
 
 
+def _client_priority(a: argparse.Namespace) -> None:
+    """--realtime-client: the client's thread at SCHED_FIFO, or a warning saying why not."""
+    if getattr(a, "realtime_client", False):
+        from live.priority import realtime_client
+        got = realtime_client()
+        if got != "fifo":
+            print(f"servetwin: warning: --realtime-client: the client runs at {got}", file=sys.stderr)
+
+
 def cmd_live_run(a: argparse.Namespace) -> int:
     from live.dispatcher import DispatchConfig
     from live.run import LiveOptions, run_live, summary_line
@@ -213,6 +222,7 @@ def cmd_live_run(a: argparse.Namespace) -> int:
         cfg.api, cfg.text_prompts = "chat", TextPrompts(trace, a.chat)
     opts = LiveOptions(engine_label=a.engine_label, metrics_interval_s=a.metrics_interval,
                        prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect))
+    _client_priority(a)
     rec = run_live(trace, cfg, opts, a.out)
     for w in rec.meta["config_warnings"]:
         print(f"servetwin: warning: resolved configuration differs: {w}", file=sys.stderr)
@@ -225,6 +235,7 @@ def cmd_live_run(a: argparse.Namespace) -> int:
 def cmd_live_campaign(a: argparse.Namespace) -> int:
     from live.campaign import load_campaign, run_campaign
     camp = load_campaign(a.campaign)
+    _client_priority(a)
     status = run_campaign(camp, a.out)            # scenario paths are relative to the working directory
     failed = [k for k, v in status.items() if v == "failed"]
     print(f"campaign {camp.name}: {sum(v == 'passed' for v in status.values())} passed, "
@@ -246,6 +257,7 @@ def cmd_calibrate_probe(a: argparse.Namespace) -> int:
     from calibrate.probes import ProbePlan, probe
     plan = ProbePlan.chunking(a.repeats) if a.chunking else ProbePlan(repeats=a.repeats)
     plan.vocab = (a.vocab[0], a.vocab[1])
+    _client_priority(a)
     rec = probe(a.endpoint, a.model or _first_model(a.endpoint), a.out, plan, a.engine_log)
     ok = int(rec.requests["ok"].sum())
     print(f"wrote {a.out}: {ok}/{len(rec.requests)} probe requests ok")
