@@ -207,9 +207,11 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
 
 def client_table(lives: list[Any]) -> pd.DataFrame:
     """Per configuration: the client's scheduling and its worst dispatch lag over the seeds."""
+    def lag_ms(r: Any, q: str) -> float:
+        return 1000 * float((r.meta.get("dispatch_lag_s") or {}).get(q, float("nan")))   # nan: not recorded
+
     rows = [{"config": r.meta["engine"], "client": (r.meta.get("client") or {}).get("scheduling", "not recorded"),
-             "lag_p99_ms": 1000 * float(r.meta["dispatch_lag_s"]["p99"]),
-             "lag_max_ms": 1000 * float(r.meta["dispatch_lag_s"]["max"])} for r in lives]
+             "lag_p99_ms": lag_ms(r, "p99"), "lag_max_ms": lag_ms(r, "max")} for r in lives]
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).groupby("config").agg(client=("client", "first"), worst_lag_p99_ms=("lag_p99_ms", "max"),

@@ -226,6 +226,7 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
             write_run(rec, tmp_path / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
     report = summarise(tmp_path, [(0.4, 0.9)])
     assert report.startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
+    assert "rate0.4-sigma0.9: the client" in report and "| not recorded | — | — |" in report   # no lag recorded: say so
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
