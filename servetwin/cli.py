@@ -20,6 +20,12 @@ def _add_engine_args(p: argparse.ArgumentParser, engine_required: bool = True) -
     p.add_argument("--context", type=int, default=16384, help="context length (default 16384)")
 
 
+def _realtime_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--realtime-client", action="store_true",
+                   help="run the client's event loop at real-time priority (SCHED_FIFO; root or CAP_SYS_NICE) "
+                        "so that an engine sharing its CPUs cannot delay its timestamps")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from servetwin import commands as c
     ap = argparse.ArgumentParser(prog="servetwin", description="Simulate LLM serving engines and validate "
@@ -123,16 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     p.add_argument("--chat", default=None, metavar="TOKENIZER_DIR",
                    help="use /v1/chat/completions with text prompts of exact token counts (local tokenizer)")
-    p.add_argument("--realtime-client", action="store_true",
-                   help="run the client's event loop at real-time priority (SCHED_FIFO; root or CAP_SYS_NICE) "
-                        "so that an engine sharing its CPUs cannot delay its timestamps")
+    _realtime_flag(p)
     p.set_defaults(fn=c.cmd_live_run)
     p = lsub.add_parser("campaign", help="run a campaign of live runs one at a time (resumable, with retries)")
     p.add_argument("campaign")
     p.add_argument("--out", required=True)
-    p.add_argument("--realtime-client", action="store_true",
-                   help="run the client's event loop at real-time priority (SCHED_FIFO; root or CAP_SYS_NICE) "
-                        "so that an engine sharing its CPUs cannot delay its timestamps")
+    _realtime_flag(p)
     p.set_defaults(fn=c.cmd_live_campaign)
 
     cal = sub.add_parser("calibrate", help="probe a real engine and fit the cost model to it")
@@ -148,9 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="token-id range for probe prompts (exclude special tokens)")
     p.add_argument("--chunking", action="store_true",
                    help="only the shapes a chunk budget changes (a second configuration of an engine already probed)")
-    p.add_argument("--realtime-client", action="store_true",
-                   help="run the client's event loop at real-time priority (SCHED_FIFO; root or CAP_SYS_NICE) "
-                        "so that an engine sharing its CPUs cannot delay its timestamps")
+    _realtime_flag(p)
     p.set_defaults(fn=c.cmd_calibrate_probe)
     p = csub.add_parser("fit", help="fit the cost model's coefficients to probe records → a profile YAML")
     p.add_argument("probes", nargs="+")

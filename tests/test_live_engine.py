@@ -85,7 +85,7 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     r = subprocess.run([sys.executable, "-m", "servetwin.cli", "live", "run", "--trace", str(trace_dir),
                         "--endpoint", engine.url, "--engine-label", "vllm-cpu-apc", "--out", str(out), "--warmup", "3",
                         "--prometheus", prometheus, "--engine-log", str(engine.log_path), "--metrics-interval", "1",
-                        "--expect", "enable_prefix_caching=true", "block_size=16"],
+                        "--expect", "enable_prefix_caching=true", "block_size=16", "--realtime-client"],
                        capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "block_size: expected 16, engine resolved 32" in r.stderr      # mismatch warned, not hidden
@@ -103,6 +103,9 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     lag = rec.meta["dispatch_lag_s"]
     assert m["ttft_p50"] > 0 and m["tpot_p50"] > 0 and 0 <= lag["p50"] <= lag["max"]
     assert rec.meta["host"]["cpus"] >= 1 and rec.meta["host"]["cpu_steal_s"] >= 0   # the host's state over the run
+    # --realtime-client: SCHED_FIFO where permitted (root here), else a warning saying why; the record says which
+    warned = "--realtime-client: the client runs at normal" in r.stderr
+    assert rec.meta["client"]["scheduling"] == ("normal" if warned else "fifo")
 
 
 def test_engine_killed_mid_run_keeps_every_record(model_dir: Path, tmp_path: Path):
