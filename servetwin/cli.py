@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--prefill", nargs="*", default=[], metavar="N[@CTX]", help="prefill chunks")
     p.add_argument("--decode", nargs="*", default=[], metavar="BxCTX", help="decode groups, e.g. 16x2048")
+    p.add_argument("--attention-backend", default=None, metavar="NAME",
+                   help="the engine's resolved attention backend: torch_native (SGLang on a CPU) attends a "
+                        "prefill chunk over its whole sequence, as the simulator does for runs that resolved it")
     p.set_defaults(fn=c.cmd_cost)
 
     p = sub.add_parser("figures", help="the study's headline figures from runs (simulated, live or both)")

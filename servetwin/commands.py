@@ -174,9 +174,10 @@ def _parse_decode(s: str) -> tuple[int, int]:
 
 
 def cmd_cost(a: argparse.Namespace) -> int:
-    from simulator.cost_model import BatchShape, CostModel
+    from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
     from simulator.profiles import load_hardware, load_model
-    cm = CostModel(load_hardware(a.hardware), load_model(a.model), a.family, a.tp)
+    whole = extends_whole_sequence(a.attention_backend)
+    cm = CostModel(load_hardware(a.hardware), load_model(a.model), a.family, a.tp, extend_full_attention=whole)
     b = BatchShape()
     for s in a.prefill:
         q, c = _parse_prefill(s)
@@ -189,7 +190,8 @@ def cmd_cost(a: argparse.Namespace) -> int:
         raise SpecError("cost: give at least one --prefill or --decode")
     sc = cm.cost(b)
     bound = "compute" if sc.compute_s > sc.memory_s else "memory"
-    print(f"step {sc.total_s * 1000:.2f} ms  ({bound}-bound) on {a.hardware}, {a.model}, {a.family}, TP{a.tp}")
+    print(f"step {sc.total_s * 1000:.2f} ms  ({bound}-bound) on {a.hardware}, {a.model}, {a.family}, TP{a.tp}"
+          + (f", prefill attended over the whole sequence ({a.attention_backend})" if whole else ""))
     print(f"  compute  {sc.compute_s * 1000:8.2f} ms  ({b.prefill_tokens + b.decodes} new tokens)")
     print(f"  memory   {sc.memory_s * 1000:8.2f} ms  (weights + KV reads over {b.prefill_ctx + b.decode_ctx} "
           "context tokens)")

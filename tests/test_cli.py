@@ -80,6 +80,19 @@ def test_simulate_analyze_engines_cost(tmp_path: Path):
     assert r.returncode == 0 and "compute" in r.stdout and "overhead" in r.stdout
 
 
+def test_cost_of_a_cached_prefill_on_a_whole_sequence_backend():
+    """SGLang's torch_native backend attends a 205-token chunk on a 1,843-token cached prefix as if all
+    2,048 were new: the step the simulator charges (and `servetwin cost` must print) is longer."""
+    def step_ms(*extra: str) -> float:
+        r = cli("cost", "--hardware", "cpu-base", "--model", "tiny-llama", "--family", "sglang",
+                "--prefill", "205@1843", *extra)
+        assert r.returncode == 0, r.stderr
+        return float(r.stdout.split()[1])
+    part, whole = step_ms(), step_ms("--attention-backend", "torch_native")
+    assert whole > part * 1.2
+    assert step_ms("--attention-backend", "triton") == part
+
+
 def test_bad_override_names_accepted_keys(tmp_path: Path):
     r = cli("simulate", "--scenario", str(EX), "--engine", "vllm-0.6.3", "--set", "chunky=1", "--out",
             str(tmp_path / "x"))
