@@ -204,7 +204,7 @@ def cmd_cost(a: argparse.Namespace) -> int:
 
 def _client_priority(a: argparse.Namespace) -> None:
     """--realtime-client: the client's thread at SCHED_FIFO, or a warning saying why not."""
-    if getattr(a, "realtime_client", False):
+    if a.realtime_client:
         from live.priority import realtime_client
         got = realtime_client()
         if got != "fifo":
