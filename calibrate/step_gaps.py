@@ -25,11 +25,13 @@ from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
 BINS = (0, 2, 4, 8, 12, 16, 24, 64, 1 << 20)
+SAME_STEP_S = 0.002       # tokens of one step, as far apart as a client may see them
 
 
 def token_gaps(rec: RunRecord) -> pd.DataFrame:
-    """One row per gap between consecutive token chunks of a request: its length and the number of
-    requests streaming (between first and last token) at its midpoint."""
+    """One row per gap between consecutive token chunks of a request: its length, the number of
+    requests streaming (between first and last token) at its midpoint, and how many other requests'
+    first tokens fall inside it (a prefill finished during the gap)."""
     if rec.chunks is None:
         raise ServetwinError(f"{rec.path}: no per-token times (simulate with record_tokens=True)")
     req = rec.requests.dropna(subset=["first_token_s", "last_token_s"])
@@ -39,7 +41,11 @@ def token_gaps(rec: RunRecord) -> pd.DataFrame:
     same = ch["request_id"].to_numpy()[1:] == ch["request_id"].to_numpy()[:-1]
     gap, mid = np.diff(t)[same], ((t[1:] + t[:-1]) / 2)[same]
     streaming = np.searchsorted(first, mid, side="right") - np.searchsorted(last, mid, side="left")
-    return pd.DataFrame({"streaming": streaming, "gap_s": gap})
+    # a first token emitted by the step that ends the gap (a mixed step) counts; one that arrives with
+    # the gap's opening token does not (two streams of one step reach the client up to ~1 ms apart)
+    a, b = t[:-1][same] + SAME_STEP_S, t[1:][same] + SAME_STEP_S
+    prefills = np.searchsorted(first, b, side="right") - np.searchsorted(first, a, side="right")
+    return pd.DataFrame({"streaming": streaming, "gap_s": gap, "prefills_inside": prefills})
 
 
 def against_profile(gaps: pd.DataFrame, cost: CostModel, context: int) -> pd.DataFrame:

@@ -12,9 +12,12 @@ fitted simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so 
 re-simulates the same live runs instead of starting a new study (delete the file for a new knee). Without
 --quick: two rates and a sharing sweep, 3 seeds each, 45-second runs
 (about 50 minutes); with --quick: one rate, 2 seeds, 40-second runs (about 25 minutes). The profiles are
-fitted on probes only, so every study seed is held out from the fit: each engine is probed first in its
+fitted on probes, so every study seed is held out from the fit: each engine is probed first in its
 default configuration (the full plan) and then with its 512-token budget (the chunking shapes), back to
-back, and fitted on both.
+back, and fitted on both. Then each engine instance serves a calibration trace (seed 0, the first cell,
+30 s) before its study seeds; its decode steps under that load, against the fitted profile, give the
+instance's ``decode_scale`` (``calibrate.decode_load``), written to ``OUT/profiles/<config>.yaml``. The
+report's targets use those profiles and repeat the counts with the probe-only ones.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare, gap_comparison
 from calibrate.compare import decomposition as phi_table
+from calibrate.decode_load import measure, overhead_family, write_scaled
 from calibrate.probe_fit import fit_probes
 from calibrate.probes import ProbePlan, probe
 from live.dispatcher import DispatchConfig
@@ -58,6 +62,7 @@ PROBED: dict[str, tuple[str, ProbePlan]] = {
     "sglang-lpm": ("sglang", ProbePlan(repeats=3)), "sglang-lpm-c512": ("sglang-c512", ProbePlan.chunking())}
 PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
          "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
+CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
 
 
 def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
@@ -77,10 +82,14 @@ def engine(kind: str, opts: dict[str, Any], log: Path) -> VllmCpu:
 
 
 def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list[int], duration: float) -> None:
-    """Probe (where not yet probed) and run every configuration's missing cells, one engine at a time."""
+    """Probe (where not yet probed) and run every configuration's missing cells, one engine at a time;
+    with cells, the instance's calibration trace first (the first cell, seed 0)."""
     for label, (kind, opts) in CONFIGS.items():
-        todo = [(r, s, seed) for r, s in conditions for seed in seeds
-                if not (out / "live" / cell(r, s) / label / f"seed-{seed}" / "run.json").is_file()]
+        todo = [(r, s, seed, duration, out / "live" / cell(r, s) / label / f"seed-{seed}")
+                for r, s in conditions for seed in seeds]
+        if conditions:
+            todo.insert(0, (*conditions[0], CALIBRATION_SEED, CALIBRATION_S, calibration_dir(out, label)))
+        todo = [t for t in todo if not (t[-1] / "run.json").is_file()]
         probe_to = out / "probes" / PROBED[label][0] if label in PROBED else None
         if probe_to is not None and (probe_to / "run.json").is_file():
             probe_to = None
@@ -90,14 +99,38 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
         try:
             if probe_to is not None:
                 probe(eng.url, "tiny-llama", probe_to, PROBED[label][1], str(eng.log_path))
-            for r, s, seed in todo:
-                trace = compile_trace(scenario_from_dict(scenario(r, s, duration, seed)))
-                dest = out / "live" / cell(r, s) / label / f"seed-{seed}"
+            for r, s, seed, secs, dest in todo:
+                trace = compile_trace(scenario_from_dict(scenario(r, s, secs, seed)))
                 rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
                                LiveOptions(label, engine_log=str(eng.log_path)), dest)
                 print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
         finally:
             eng.stop()
+
+
+def calibration_dir(out: Path, label: str) -> Path:
+    return out / "calibration" / label / f"seed-{CALIBRATION_SEED}"
+
+
+def family_profile(out: Path, label: str) -> Path:
+    return out / "profiles" / f"cpu-{CONFIGS[label][0]}.yaml"
+
+
+def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame]:
+    """Each configuration's profile: its family's probe fit with the decode_scale its instance's
+    calibration trace measured (the probe fit alone where no calibration run exists)."""
+    profiles, rows = {}, []
+    for label in CONFIGS:
+        cal, fitted = calibration_dir(out, label), family_profile(out, label)
+        profiles[label] = fitted
+        if (cal / "run.json").is_file():
+            found = measure(cal, str(fitted), "tiny-llama")
+            profiles[label] = write_scaled(fitted, out / "profiles" / f"{label}.yaml",
+                                           overhead_family(read_run(cal)), found, str(cal.relative_to(out)))
+            rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
+                         "streaming_counts": len(found.by_streams),
+                         "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}"})
+    return profiles, pd.DataFrame(rows)
 
 
 def probe_dirs(out: Path, family: str) -> list[Path]:
@@ -133,39 +166,70 @@ def study_conditions(out: Path, quick: bool, rate: float | None) -> list[tuple[f
     return conditions
 
 
+def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
+                figures: bool) -> tuple[list[str], pd.DataFrame]:
+    """One cell's report sections and target rows, each configuration simulated with its profile."""
+    lives = [read_run(p) for p in find_runs([out / "live" / cond])]
+    sides = []
+    for label in CONFIGS:
+        sub = [r for r in lives if r.meta["engine"] == label]
+        if sub:
+            sim_dir = sim_root / cond / CONFIGS[label][0]
+            sides.append(compare(sub, sim_dir, str(profiles[label]), "tiny-llama")["side_by_side"])
+    sbs = pd.concat(sides, ignore_index=True)
+    gaps = gap_comparison(sbs)
+    keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
+    gaps = gaps[gaps["pair"].isin(keep)]
+    if figures:
+        measured_vs_simulated(sbs, out / "figures" / cond)
+    phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
+    per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
+    parts = [f"## {cond}: the client (dispatch lag: send time minus planned time; over 10 ms the client's own "
+             "queueing is in its timestamps)\n", to_markdown(client_table(lives)), "",
+             f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
+             to_markdown(keeps_pace_table(sbs)),
+             f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(per_config),
+             f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
+             f"\n## {cond}: decomposition φ\n", to_markdown(phi)]
+    return parts, target_checks(cond, gaps, phi, per_config)
+
+
+def met_counts(table: pd.DataFrame) -> pd.DataFrame:
+    by = table.groupby("target")["met"].agg(["sum", "count"]).rename(columns={"sum": "met", "count": "cells"})
+    if "in_measured_ci" in table:
+        ci = table.dropna(subset=["in_measured_ci"]).groupby("target")["in_measured_ci"].sum()
+        by["simulated inside measured 95 % interval"] = [str(int(ci[t])) if t in ci else "—" for t in by.index]
+    return by
+
+
 def summarise(out: Path, conditions: list[tuple[float, float]]) -> str:
+    """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
+    counts), then per cell the client, keeps-pace, per-configuration, gap and φ tables."""
+    profiles, scales = calibrate_instances(out)
     parts: list[str] = []
     checks: list[pd.DataFrame] = []
     for cond in [cell(r, s) for r, s in conditions]:
-        lives = [read_run(p) for p in find_runs([out / "live" / cond])]
-        by_family = {"vllm": out / "profiles" / "cpu-vllm.yaml", "sglang": out / "profiles" / "cpu-sglang.yaml"}
-        sides = []
-        for fam, prof in by_family.items():
-            sub = [r for r in lives if CONFIGS[r.meta["engine"]][0] == fam]
-            sides.append(compare(sub, out / "sim" / cond / fam, str(prof), "tiny-llama")["side_by_side"])
-        sbs = pd.concat(sides, ignore_index=True)
-        gaps = gap_comparison(sbs)
-        keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
-        gaps = gaps[gaps["pair"].isin(keep)]
-        measured_vs_simulated(sbs, out / "figures" / cond)
-        phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
-        per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
-        checks.append(target_checks(cond, gaps, phi, per_config))
-        parts += [f"## {cond}: the client (dispatch lag: send time minus planned time; over 10 ms the client's own "
-                  "queueing is in its timestamps)\n", to_markdown(client_table(lives)), "",
-                  f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
-                  to_markdown(keeps_pace_table(sbs)),
-                  f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(per_config),
-                  f"\n## {cond}: gaps (pairs of configurations, paired by seed)\n", to_markdown(gaps),
-                  f"\n## {cond}: decomposition φ\n", to_markdown(phi)]
+        p, c = cell_tables(out, cond, profiles, out / "sim", figures=True)
+        parts += p
+        checks.append(c)
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
-    head = ["## Targets (profiles fitted on probes only: every study seed is held out)\n"]
+    calibrated = not scales.empty
+    what = ("profiles fitted on probes, each instance's decode steps scaled by its calibration trace (seed "
+            f"{CALIBRATION_SEED}): every study seed is held out" if calibrated else
+            "profiles fitted on probes only: every study seed is held out")
+    head = [f"## Targets ({what})\n"]
     if not table.empty:
-        by = table.groupby("target")["met"].agg(["sum", "count"]).rename(columns={"sum": "met", "count": "cells"})
-        if "in_measured_ci" in table:
-            ci = table.dropna(subset=["in_measured_ci"]).groupby("target")["in_measured_ci"].sum()
-            by["simulated inside measured 95 % interval"] = [str(int(ci[t])) if t in ci else "—" for t in by.index]
+        by = met_counts(table)
+        if calibrated:
+            probe_only = {label: family_profile(out, label) for label in CONFIGS}
+            plain = pd.concat([cell_tables(out, cell(r, s), probe_only, out / "sim-probe-only", figures=False)[1]
+                               for r, s in conditions], ignore_index=True)
+            by["met with probe-only profiles"] = met_counts(plain)["met"].reindex(by.index)
         head += [to_markdown(by.reset_index()), "", to_markdown(table), ""]
+    if calibrated:
+        head += [f"## Decode scale per engine instance (calibration trace: first cell, seed {CALIBRATION_SEED}, "
+                 f"{CALIBRATION_S:g} s; live / twin median decode gap by streaming count)\n",
+                 to_markdown(scales), ""]
     return "\n".join(head + parts)
 
 

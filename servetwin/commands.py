@@ -197,6 +197,8 @@ def cmd_cost(a: argparse.Namespace) -> int:
           "context tokens)")
     print(f"  combined {1000 * (sc.total_s - sc.overhead_s - sc.comm_s):8.2f} ms  sqrt(compute² + memory²)")
     print(f"  comm     {sc.comm_s * 1000:8.2f} ms\n  overhead {sc.overhead_s * 1000:8.2f} ms  ({b.seqs} sequences)")
+    if b.is_pure_decode and cm.ovh.decode_scale != 1.0:
+        print(f"  x decode scale {cm.ovh.decode_scale:.3f} (measured under load): {cm.step_time(b) * 1000:.2f} ms")
     if cm.request_latency > 0:
         print(f"  + front end {cm.request_latency * 1000:.2f} ms per request (its TTFT, not the step)")
     return 0

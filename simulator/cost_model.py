@@ -20,6 +20,10 @@ attention kernels run near the GEMM efficiency; SDPA on a CPU does not).
 F and M are divided by the tensor-parallel degree; each layer adds two ring all-reduces of the
 activations. The overhead is the engine family's CUDA-graph step time for pure-decode batches within
 the graph limit and its eager step time otherwise.
+
+A pure-decode step is then multiplied by the family's ``decode_scale`` (1 unless measured): how much
+slower one engine instance's decode steps run under serving load than its probes said, measured on a
+calibration trace (``calibrate.decode_load``; docs/cost-model.md).
 """
 
 from __future__ import annotations
@@ -128,7 +132,8 @@ class CostModel:
         return float(b.decode_ctx)
 
     def step_time(self, b: BatchShape) -> float:
-        return self.cost(b).total_s
+        t = self.cost(b).total_s
+        return t * self.ovh.decode_scale if b.is_pure_decode else t
 
     @property
     def request_latency(self) -> float:

@@ -124,6 +124,8 @@ class Overheads:
     per_prefill_token_s: float = 0.0   # host-side work per token of each prefilled sequence (its whole length)
     request_s: float = 0.0   # the front end's latency per request (HTTP, input processing, hand-off to the
     #                          scheduler, first token back): it delays the request, it does not lengthen steps
+    decode_scale: float = 1.0  # pure-decode steps of one engine instance under serving load vs its probes'
+    #                            (measured on a calibration trace: ``calibrate.decode_load``; 1: as probed)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,113 @@
+"""One engine instance's decode steps under serving load, against its fitted profile: measured on a
+calibration trace (a seed the comparison does not use), applied as the profile's ``decode_scale``.
+
+Probes time decode steps with the engine otherwise idle; under an agent trace the same instance's decode
+steps ran 15–30 % slower here (SGLang on this machine's CPUs), and two instances of one configuration
+differ by as much (vLLM: 1.25–1.59 ms per token alone). Neither shows in a probe fit. The measurement:
+every gap between two streamed tokens of a request during which no other request's prefill finished
+(no first token inside it) is one or more decode steps; grouped by the number of requests streaming at
+its midpoint, the live run's median gap is divided by its simulated twin's (the same trace, the
+unscaled profile) at the same count, and the ratios are averaged (geometric mean, weighted by the live
+gaps in each group). The twin's gaps carry the profile's own decode steps at the trace's real contexts
+and sharing, so the ratio is the instance's decode speed relative to the profile, not to a probe shape.
+
+    python -m calibrate.decode_load LIVE_RUN --hardware PROFILE --out PROFILE_OUT [--model tiny-llama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis.records import RunRecord, read_run
+from analysis.tables import to_markdown
+from calibrate.compare import engine_for, twin
+from calibrate.step_gaps import token_gaps
+from scenarios.errors import ServetwinError
+from simulator.presets import PRESETS
+
+MIN_GAPS = 20            # per streaming count, on each side, for its ratio to count
+
+
+@dataclass
+class DecodeScale:
+    scale: float
+    gaps: int                      # live decode gaps that entered the ratio
+    by_streams: pd.DataFrame       # streaming, live_gaps, live_median_s, twin_gaps, twin_median_s, ratio
+
+
+def decode_gaps(rec: RunRecord) -> pd.DataFrame:
+    """Token gaps with no other request's prefill finishing inside them."""
+    g = token_gaps(rec)
+    return g[(g["prefills_inside"] == 0) & (g["streaming"] >= 1)]
+
+
+def decode_scale(live: RunRecord, sim: RunRecord, min_gaps: int = MIN_GAPS) -> DecodeScale:
+    """The live run's decode gaps over its twin's, by streaming count (see the module's docstring)."""
+    lv = decode_gaps(live).groupby("streaming")["gap_s"].agg(["count", "median"])
+    sm = decode_gaps(sim).groupby("streaming")["gap_s"].agg(["count", "median"])
+    j = lv.add_suffix("_live").join(sm.add_suffix("_twin"), how="inner")
+    j = j[(j["count_live"] >= min_gaps) & (j["count_twin"] >= min_gaps)]
+    if j.empty:
+        raise ServetwinError(f"{live.path}: no streaming count with {min_gaps}+ decode gaps in both the run and "
+                             "its twin; a calibration trace needs concurrent streams (a longer run or a higher rate)")
+    ratio = j["median_live"] / j["median_twin"]
+    w = j["count_live"] / j["count_live"].sum()
+    scale = math.exp(float((w * ratio.map(math.log)).sum()))
+    table = pd.DataFrame({"streaming": j.index, "live_gaps": j["count_live"].to_numpy(),
+                          "live_median_s": j["median_live"].to_numpy(), "twin_gaps": j["count_twin"].to_numpy(),
+                          "twin_median_s": j["median_twin"].to_numpy(), "ratio": ratio.to_numpy()})
+    return DecodeScale(scale, int(j["count_live"].sum()), table)
+
+
+def overhead_family(live: RunRecord) -> str:
+    """The profile's overhead family the live run's configuration is simulated with."""
+    preset, _ = engine_for(live.meta["engine_config"])
+    return str(PRESETS[preset][0].model_fields["family"].default)
+
+
+def measure(live_run: str | Path, hardware: str, model: str) -> DecodeScale:
+    live = read_run(live_run)
+    if live.meta.get("source") != "live":
+        raise ServetwinError(f"{live_run}: not a live run (source {live.meta.get('source')!r})")
+    if live.chunks is None:
+        raise ServetwinError(f"{live_run}: no per-token times (chunks.parquet) to measure decode gaps from")
+    return decode_scale(live, twin(live, hardware, model, record_tokens=True))
+
+
+def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found: DecodeScale, source: str) -> Path:
+    """Copy a profile YAML with ``decode_scale`` set for one engine family (basis: measured)."""
+    data = yaml.safe_load(Path(hardware_yaml).read_text())
+    ovh = data.setdefault("cost", {}).setdefault("overheads", {})
+    if family not in ovh:
+        raise ServetwinError(f"{hardware_yaml}: no overheads for engine family {family!r}; it has {sorted(ovh)}")
+    ovh[family]["decode_scale"] = {"value": round(found.scale, 4), "basis": "measured",
+                                   "source": f"{source}: live / twin decode gaps over {found.gaps} gaps"}
+    dest = Path(out)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("live_run")
+    ap.add_argument("--hardware", required=True, help="the fitted profile YAML (its decode_scale is replaced)")
+    ap.add_argument("--model", default="tiny-llama")
+    ap.add_argument("--out", required=True, help="where to write the profile with the measured decode_scale")
+    a = ap.parse_args(argv)
+    found = measure(a.live_run, a.hardware, a.model)
+    family = overhead_family(read_run(a.live_run))
+    write_scaled(a.hardware, a.out, family, found, str(a.live_run))
+    print(to_markdown(found.by_streams))
+    print(f"decode_scale {found.scale:.3f} ({family}, {found.gaps} live decode gaps) → {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""calibrate.decode_load: an instance whose decode steps run slower under load than its profile says is
+measured as such from its token gaps (and one that runs as profiled is not), the scale applies to
+pure-decode steps only, and the profile it writes carries it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from analysis.records import read_run, write_run
+from calibrate.decode_load import decode_scale, main, write_scaled
+from calibrate.twin_study import scenario
+from scenarios import ServetwinError, compile_trace, scenario_from_dict
+from simulator import simulate
+from simulator.cost_model import BatchShape, CostModel
+from simulator.profiles import load_hardware, load_model
+
+TINY = load_model("tiny-llama")
+SG = {"schedule_policy": "lpm", "max_total_tokens": 65536, "attention_backend": "torch_native"}
+
+
+def slowed(k: float):  # type: ignore[no-untyped-def]
+    hw = load_hardware("cpu-base")
+    return dataclasses.replace(hw, overheads={f: dataclasses.replace(o, decode_scale=k)
+                                              for f, o in hw.overheads.items()})
+
+
+def sglang_run(hw, seed: int = 1):  # type: ignore[no-untyped-def]
+    trace = compile_trace(scenario_from_dict(scenario(0.5, 0.9, 30.0, seed)))
+    return simulate(trace, "sglang-current", hw, TINY, SG, context=8192, record_tokens=True)
+
+
+def test_decode_scale_touches_pure_decode_steps_only():
+    base, slow = CostModel(slowed(1.0), TINY, "sglang"), CostModel(slowed(1.3), TINY, "sglang")
+    dec, mixed = BatchShape(), BatchShape()
+    for _ in range(4):
+        dec.add_decode(2048)
+        mixed.add_decode(2048)
+    mixed.add_prefill(200, 1800, True)
+    assert slow.step_time(dec) == pytest.approx(1.3 * base.step_time(dec))
+    assert slow.step_time(mixed) == base.step_time(mixed)
+
+
+@pytest.mark.parametrize("k", [1.0, 1.3])
+def test_measures_how_much_slower_an_instance_decodes_than_its_profile(k: float):
+    """The "live" run is the same trace simulated with decode steps k times the profile's; the measure
+    recovers k from token gaps alone (queues differ between the two runs, so not exactly)."""
+    live, twin = sglang_run(slowed(k)), sglang_run(slowed(1.0))
+    found = decode_scale(live, twin)
+    assert found.scale == pytest.approx(k, rel=0.06)
+    assert found.gaps > 1000 and len(found.by_streams) >= 3
+
+
+def test_a_run_without_concurrent_streams_is_refused_with_a_reason():
+    run = sglang_run(slowed(1.0))
+    with pytest.raises(ServetwinError, match="no streaming count with 100000"):
+        decode_scale(run, run, min_gaps=100000)
+
+
+def test_the_command_writes_a_profile_with_the_measured_scale(tmp_path: Path, capsys):  # type: ignore[no-untyped-def]
+    live = sglang_run(slowed(1.25), seed=2)
+    live.meta.update({"source": "live", "engine": "sglang-lpm", "request_timeout_s": 300.0,
+                      "engine_config": {**SG, "version": "0.5.23", "chunked_prefill_size": 4096,
+                                        "context_length": 8192}})
+    write_run(live, tmp_path / "live")
+    base = load_hardware("cpu-base").path
+    assert main([str(tmp_path / "live"), "--hardware", base, "--out", str(tmp_path / "p.yaml")]) == 0
+    assert "decode_scale 1.2" in capsys.readouterr().out
+    hw = load_hardware(str(tmp_path / "p.yaml"))
+    assert hw.overhead("sglang").decode_scale == pytest.approx(1.25, rel=0.06)
+    assert hw.overhead("vllm-v1").decode_scale == 1.0          # only the run's engine family
+    assert read_run(tmp_path / "live").meta["engine"] == "sglang-lpm"
+    with pytest.raises(ServetwinError, match="no overheads for engine family 'nope'"):
+        write_scaled(base, tmp_path / "q.yaml", "nope", decode_scale(live, live), "x")
