@@ -1,9 +1,10 @@
 """One engine instance's decode steps under serving load, against its fitted profile: measured on a
 calibration trace (a seed the comparison does not use), applied as the profile's ``decode_scale``.
 
-Probes time decode steps with the engine otherwise idle; under an agent trace the same instance's decode
-steps ran 15–30 % slower here (SGLang on this machine's CPUs), and two instances of one configuration
-differ by as much (vLLM: 1.25–1.59 ms per token alone). Neither shows in a probe fit. The measurement:
+Probes time decode steps with the engine otherwise idle; serving an agent trace, one SGLang instance
+here decoded 4–22 % slower than its own probes had just measured (and as fast again after the trace),
+and two instances of one vLLM configuration decode a lone request at 1.25 and 1.59 ms per token. Neither
+shows in a probe fit. The measurement:
 every gap between two streamed tokens of a request during which no other request's prefill finished
 (no first token inside it) is one or more decode steps; grouped by the number of requests streaming at
 its midpoint, the live run's median gap is divided by its simulated twin's (the same trace, the
@@ -30,6 +31,7 @@ from calibrate.compare import engine_for, twin
 from calibrate.step_gaps import token_gaps
 from scenarios.errors import ServetwinError
 from simulator.presets import PRESETS
+from simulator.profiles import load_hardware
 
 MIN_GAPS = 20            # per streaming count, on each side, for its ratio to count
 
@@ -97,13 +99,13 @@ def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("live_run")
-    ap.add_argument("--hardware", required=True, help="the fitted profile YAML (its decode_scale is replaced)")
+    ap.add_argument("--hardware", required=True, help="the fitted profile, name or YAML (its decode_scale is replaced)")
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--out", required=True, help="where to write the profile with the measured decode_scale")
     a = ap.parse_args(argv)
     found = measure(a.live_run, a.hardware, a.model)
     family = overhead_family(read_run(a.live_run))
-    write_scaled(a.hardware, a.out, family, found, str(a.live_run))
+    write_scaled(load_hardware(a.hardware).path, a.out, family, found, str(a.live_run))
     print(to_markdown(found.by_streams))
     print(f"decode_scale {found.scale:.3f} ({family}, {found.gaps} live decode gaps) → {a.out}")
     return 0

@@ -44,6 +44,7 @@ from live.priority import realtime_client
 from live.run import LiveOptions, run_live
 from paper_figures.figures import measured_vs_simulated
 from scenarios.compiler import compile_trace
+from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
 
@@ -129,8 +130,24 @@ def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame]:
                                            overhead_family(read_run(cal)), found, str(cal.relative_to(out)))
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "streaming_counts": len(found.by_streams),
-                         "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}"})
+                         "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
+                         "study_runs (not used)": study_run_spread(out, label, fitted)})
     return profiles, pd.DataFrame(rows)
+
+
+def study_run_spread(out: Path, label: str, fitted: Path) -> str:
+    """The same measure on each of the configuration's study runs, as a diagnostic of how steady the
+    instance's decode speed was over the study: min–max (median). None of it enters a profile."""
+    runs = [p for p in find_runs([out / "live"]) if p.parent.name == label]
+    got = []
+    for run in runs:
+        try:
+            got.append(measure(run, str(fitted), "tiny-llama").scale)
+        except ServetwinError:
+            continue
+    if not got:
+        return "—"
+    return f"{min(got):.2f}–{max(got):.2f} ({float(pd.Series(got).median()):.2f}, {len(got)} runs)"
 
 
 def probe_dirs(out: Path, family: str) -> list[Path]:

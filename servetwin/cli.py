@@ -162,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", default="cpu-base", help="hardware profile to start from")
     p.add_argument("--out", required=True)
     p.set_defaults(fn=c.cmd_calibrate_fit)
+    p = csub.add_parser("decode-scale", help="one engine instance's decode steps under load vs a fitted profile, "
+                        "from a live run (a calibration trace) → the profile with its decode_scale")
+    p.add_argument("live_run", help="a live run with per-token times, not one of the runs to be compared")
+    p.add_argument("--hardware", required=True, help="the fitted profile (name or YAML)")
+    p.add_argument("--model", default="tiny-llama")
+    p.add_argument("--out", required=True, help="profile YAML to write")
+    p.set_defaults(fn=c.cmd_calibrate_decode_scale)
 
     p = sub.add_parser("compare", help="simulate every live run's trace with its resolved configuration; "
                        "measured vs simulated side by side")

@@ -277,6 +277,11 @@ def cmd_calibrate_fit(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
+    from calibrate.decode_load import main
+    return main([a.live_run, "--hardware", a.hardware, "--model", a.model, "--out", a.out])
+
+
 def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare

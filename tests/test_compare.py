@@ -204,28 +204,35 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     profiles, so every target must be met and every error be zero."""
     import shutil
 
-    from calibrate.twin_study import CONFIGS, scenario, summarise
+    from calibrate.twin_study import CONFIGS, calibration_dir, scenario, summarise
     from scenarios import compile_trace, scenario_from_dict
     (tmp_path / "profiles").mkdir()
     base = load_hardware("cpu-base").path
     for fam in ("vllm", "sglang"):
         shutil.copy(base, tmp_path / "profiles" / f"cpu-{fam}.yaml")
     prof = {fam: str(tmp_path / "profiles" / f"cpu-{fam}.yaml") for fam in ("vllm", "sglang")}
-    for seed in (1, 2):
+    for seed in (0, 1, 2):                  # seed 0: each instance's calibration trace
         trace = compile_trace(scenario_from_dict(scenario(0.4, 0.9, 15.0, seed)))
         for label, (kind, opts) in CONFIGS.items():
             if kind == "vllm":
                 over = {"block_size": 32, "enable_chunked_prefill": opts["chunked_prefill"] is not None,
                         **({"max_num_batched_tokens": opts["chunked_prefill"]} if opts["chunked_prefill"] else {})}
-                rec = simulate(trace, "vllm-v1", prof["vllm"], "tiny-llama", over, context=8192)
+                rec = simulate(trace, "vllm-v1", prof["vllm"], "tiny-llama", over, context=8192, record_tokens=True)
             else:
                 over = {"schedule_policy": opts["policy"], "max_total_tokens": 65536,
                         **({"chunked_prefill_size": opts["chunked_prefill"]} if opts.get("chunked_prefill") else {})}
-                rec = simulate(trace, "sglang-current", prof["sglang"], "tiny-llama", over, context=8192)
+                rec = simulate(trace, "sglang-current", prof["sglang"], "tiny-llama", over, context=8192,
+                               record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
-            write_run(rec, tmp_path / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
+            write_run(rec, calibration_dir(tmp_path, label) if seed == 0 else
+                      tmp_path / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
     report = summarise(tmp_path, [(0.4, 0.9)])
     assert report.startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
+    section = report.split("## Decode scale")[1].split("\n## ")[0]
+    scales = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
+    assert len(scales) == 1 + len(CONFIGS) and all(float(r[2]) == 1.0 for r in scales[1:])  # identical: 1
+    assert all("1.00–1.00 (1.00, 2 runs)" in r[6] for r in scales[1:])      # each study run measured alike
+    assert (tmp_path / "profiles" / "sglang-lpm.yaml").is_file()
     assert "rate0.4-sigma0.9: the client" in report and "| not recorded | — | — |" in report   # no lag recorded: say so
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)

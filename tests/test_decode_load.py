@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from analysis.records import read_run, write_run
-from calibrate.decode_load import decode_scale, main, write_scaled
+from calibrate.decode_load import decode_scale, write_scaled
 from calibrate.twin_study import scenario
 from scenarios import ServetwinError, compile_trace, scenario_from_dict
+from servetwin.cli import main as cli_main
 from simulator import simulate
 from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import load_hardware, load_model
@@ -66,7 +67,8 @@ def test_the_command_writes_a_profile_with_the_measured_scale(tmp_path: Path, ca
                                         "context_length": 8192}})
     write_run(live, tmp_path / "live")
     base = load_hardware("cpu-base").path
-    assert main([str(tmp_path / "live"), "--hardware", base, "--out", str(tmp_path / "p.yaml")]) == 0
+    assert cli_main(["calibrate", "decode-scale", str(tmp_path / "live"), "--hardware", "cpu-base",
+                     "--out", str(tmp_path / "p.yaml")]) == 0
     assert "decode_scale 1.2" in capsys.readouterr().out
     hw = load_hardware(str(tmp_path / "p.yaml"))
     assert hw.overhead("sglang").decode_scale == pytest.approx(1.25, rel=0.06)
