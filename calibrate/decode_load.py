@@ -73,13 +73,25 @@ def overhead_family(live: RunRecord) -> str:
     return str(PRESETS[preset][0].model_fields["family"].default)
 
 
-def measure(live_run: str | Path, hardware: str, model: str) -> DecodeScale:
-    live = read_run(live_run)
+def measure(live_run: str | Path | RunRecord, hardware: str, model: str) -> DecodeScale:
+    """The decode scale of the instance that served ``live_run``, against ``hardware``."""
+    live = live_run if isinstance(live_run, RunRecord) else read_run(live_run)
     if live.meta.get("source") != "live":
-        raise ServetwinError(f"{live_run}: not a live run (source {live.meta.get('source')!r})")
+        raise ServetwinError(f"{live.path}: not a live run (source {live.meta.get('source')!r})")
     if live.chunks is None:
-        raise ServetwinError(f"{live_run}: no per-token times (chunks.parquet) to measure decode gaps from")
+        raise ServetwinError(f"{live.path}: no per-token times (chunks.parquet) to measure decode gaps from")
     return decode_scale(live, twin(live, hardware, model, record_tokens=True))
+
+
+def scale_profile(live_run: str | Path, hardware: str, model: str, out: str | Path,
+                  source: str | None = None) -> tuple[DecodeScale, str, Path]:
+    """Measure the run's decode scale and write ``hardware`` with it for the run's engine family:
+    (what was found, that family, the profile written)."""
+    live = read_run(live_run)
+    found = measure(live, hardware, model)
+    family = overhead_family(live)
+    dest = write_scaled(load_hardware(hardware).path, out, family, found, source or str(live_run))
+    return found, family, dest
 
 
 def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found: DecodeScale, source: str) -> Path:
@@ -103,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--out", required=True, help="where to write the profile with the measured decode_scale")
     a = ap.parse_args(argv)
-    found = measure(a.live_run, a.hardware, a.model)
-    family = overhead_family(read_run(a.live_run))
-    write_scaled(load_hardware(a.hardware).path, a.out, family, found, str(a.live_run))
+    return run(a.live_run, a.hardware, a.model, a.out)
+
+
+def run(live_run: str, hardware: str, model: str, out: str) -> int:
+    found, family, dest = scale_profile(live_run, hardware, model, out)
     print(to_markdown(found.by_streams))
-    print(f"decode_scale {found.scale:.3f} ({family}, {found.gaps} live decode gaps) → {a.out}")
+    print(f"decode_scale {found.scale:.3f} ({family}, {found.gaps} live decode gaps) → {dest}")
     return 0
 
 

@@ -35,7 +35,7 @@ from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare, gap_comparison
 from calibrate.compare import decomposition as phi_table
-from calibrate.decode_load import measure, overhead_family, write_scaled
+from calibrate.decode_load import measure, scale_profile
 from calibrate.probe_fit import fit_probes
 from calibrate.probes import ProbePlan, probe
 from live.dispatcher import DispatchConfig
@@ -125,9 +125,8 @@ def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame]:
         cal, fitted = calibration_dir(out, label), family_profile(out, label)
         profiles[label] = fitted
         if (cal / "run.json").is_file():
-            found = measure(cal, str(fitted), "tiny-llama")
-            profiles[label] = write_scaled(fitted, out / "profiles" / f"{label}.yaml",
-                                           overhead_family(read_run(cal)), found, str(cal.relative_to(out)))
+            dest = out / "profiles" / f"{label}.yaml"
+            found, _, profiles[label] = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",

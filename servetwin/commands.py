@@ -278,8 +278,8 @@ def cmd_calibrate_fit(a: argparse.Namespace) -> int:
 
 
 def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
-    from calibrate.decode_load import main
-    return main([a.live_run, "--hardware", a.hardware, "--model", a.model, "--out", a.out])
+    from calibrate.decode_load import run
+    return run(a.live_run, a.hardware, a.model, a.out)
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
