@@ -17,7 +17,11 @@ default configuration (the full plan) and then with its 512-token budget (the ch
 back, and fitted on both. Then each engine instance serves a calibration trace (seed 0, the first cell,
 30 s) before its study seeds; its decode steps under that load, against the fitted profile, give the
 instance's ``decode_scale`` (``calibrate.decode_load``), written to ``OUT/profiles/<config>.yaml``. The
-report's targets use those profiles and repeat the counts with the probe-only ones.
+report's targets use those profiles and repeat the counts with the probe-only ones. ``--repeat-of DIR``
+(another study's OUT with the same pinned cells) holds that study's live runs to the same targets against
+this one's, in the simulator's place: how well the engines agree with themselves on this machine.
+
+    python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import pandas as pd
 from analysis.metrics import KEEPS_PACE
 from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
-from calibrate.compare import compare, gap_comparison
+from calibrate.compare import compare, gap_comparison, side_by_side
 from calibrate.compare import decomposition as phi_table
 from calibrate.decode_load import measure, scale_profile
 from calibrate.probe_fit import fit_probes
@@ -193,13 +197,9 @@ def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
             sim_dir = sim_root / cond / CONFIGS[label][0]
             sides.append(compare(sub, sim_dir, str(profiles[label]), "tiny-llama")["side_by_side"])
     sbs = pd.concat(sides, ignore_index=True)
-    gaps = gap_comparison(sbs)
-    keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
-    gaps = gaps[gaps["pair"].isin(keep)]
     if figures:
         measured_vs_simulated(sbs, out / "figures" / cond)
-    phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
-    per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
+    gaps, phi, per_config = study_tables(sbs)
     parts = [f"## {cond}: the client (dispatch lag: send time minus planned time; over 10 ms the client's own "
              "queueing is in its timestamps)\n", to_markdown(client_table(lives)), "",
              f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
@@ -210,6 +210,38 @@ def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
     return parts, target_checks(cond, gaps, phi, per_config)
 
 
+def study_tables(sbs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """From one cell's side-by-side rows: the study's pair gaps, φ and per-configuration means."""
+    gaps = gap_comparison(sbs)
+    keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
+    gaps = gaps[gaps["pair"].isin(keep)]
+    phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
+    per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
+    return gaps, phi, per_config
+
+
+def repeat_checks(out: Path, repeat: Path, cond: str) -> pd.DataFrame:
+    """The study's targets with a repeat of its live runs in the simulator's place: the same cell's
+    configurations and seeds, served again on fresh engine instances (another study folder with the same
+    pinned cells). How often the engines meet the targets against themselves is the floor any
+    deterministic twin is held to on this machine."""
+    mine = {(r.meta["engine"], r.meta["seed"]): r for r in map(read_run, find_runs([out / "live" / cond]))}
+    pairs = []
+    for p in find_runs([repeat / "live" / cond]):
+        other = read_run(p)
+        this = mine.get((other.meta["engine"], other.meta["seed"]))
+        if this is None:
+            continue
+        if this.meta["trace_digest"] != other.meta["trace_digest"]:
+            raise ServetwinError(f"{p}: trace {other.meta['trace_digest']} differs from {this.path}'s "
+                                 f"{this.meta['trace_digest']}; a repeat must serve the identical traces")
+        pairs.append((this, other))
+    if not pairs:
+        return pd.DataFrame()
+    gaps, phi, per_config = study_tables(side_by_side(pairs))
+    return target_checks(cond, gaps, phi, per_config)
+
+
 def met_counts(table: pd.DataFrame) -> pd.DataFrame:
     by = table.groupby("target")["met"].agg(["sum", "count"]).rename(columns={"sum": "met", "count": "cells"})
     if "in_measured_ci" in table:
@@ -218,9 +250,10 @@ def met_counts(table: pd.DataFrame) -> pd.DataFrame:
     return by
 
 
-def summarise(out: Path, conditions: list[tuple[float, float]]) -> str:
+def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Path] | None = None) -> str:
     """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
-    counts), then per cell the client, keeps-pace, per-configuration, gap and φ tables."""
+    counts and, for each repeat study given, the counts its live runs reach against this study's), then
+    per cell the client, keeps-pace, per-configuration, gap and φ tables."""
     profiles, scales = calibrate_instances(out)
     parts: list[str] = []
     checks: list[pd.DataFrame] = []
@@ -241,7 +274,18 @@ def summarise(out: Path, conditions: list[tuple[float, float]]) -> str:
             plain = pd.concat([cell_tables(out, cell(r, s), probe_only, out / "sim-probe-only", figures=False)[1]
                                for r, s in conditions], ignore_index=True)
             by["met with probe-only profiles"] = met_counts(plain)["met"].reindex(by.index)
-        head += [to_markdown(by.reset_index()), "", to_markdown(table), ""]
+        rep_parts = []
+        for rep in repeats or []:
+            got = pd.concat([repeat_checks(out, rep, cell(r, s)) for r, s in conditions], ignore_index=True)
+            if got.empty:
+                raise ServetwinError(f"{rep}: no live run of this study's cells, configurations and seeds")
+            col = f"met by a repeat of the live runs ({rep.name})"
+            by[col] = met_counts(got)["met"].reindex(by.index)
+            rep_parts += [f"## The live runs against a repeat of themselves ({rep.name}: the same traces on other "
+                          "engine instances, in the simulator's place)\n",
+                          to_markdown(got.rename(columns={"measured": "this_study", "simulated": "repeat",
+                                                          "in_measured_ci": "repeat_in_this_ci"})), ""]
+        head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + rep_parts
     if calibrated:
         head += [f"## Decode scale per engine instance (calibration trace: first cell, seed {CALIBRATION_SEED}, "
                  f"{CALIBRATION_S:g} s; live / twin median decode gap by streaming count)\n",
@@ -315,7 +359,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-realtime-client", action="store_true",
                     help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "
                          "the engines share its 2 CPUs)")
+    ap.add_argument("--repeat-of", action="append", default=[], metavar="DIR",
+                    help="another study folder with the same pinned cells: its live runs are held to the targets "
+                         "against this study's, in the simulator's place (repeatable)")
     a = ap.parse_args(argv)
+    for rep in a.repeat_of:
+        if Path(rep).resolve() == Path(a.out).resolve():
+            ap.error(f"--repeat-of {rep}: that is the study itself (--out); give another study's folder")
+        if not (Path(rep) / "live").is_dir():
+            ap.error(f"--repeat-of {rep}: no live/ folder there; give a study folder (the --out of an earlier "
+                     "study with the same pinned cells)")
+    try:
+        return study(a)
+    except ServetwinError as err:
+        print(f"twin study: error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+def study(a: argparse.Namespace) -> int:
     if not a.no_realtime_client:
         print(f"client scheduling: {realtime_client()}", file=sys.stderr)
     out = Path(a.out)
@@ -328,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     fit_probes(probe_dirs(out, "sglang"), "sglang", "tiny-llama", "cpu-base", out / "profiles" / "cpu-sglang.yaml")
     conditions = study_conditions(out, a.quick, a.rate)
     run_live_cells(out, conditions, seeds, duration)
-    report = summarise(out, conditions)
+    report = summarise(out, conditions, [Path(r) for r in a.repeat_of])
     (out / "report.md").write_text(report)
     print(report)
     return 0

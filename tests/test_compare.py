@@ -199,33 +199,47 @@ def test_twin_study_target_checks():
     assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]
 
 
-def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):
-    """The study's report end to end at a small scale: "live" runs that are simulations with the same
-    profiles, so every target must be met and every error be zero."""
+def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0) -> None:
+    """A study folder whose "live" runs are simulations with the cpu-base profiles (their decode steps
+    scaled by ``decode_scale``): calibration traces (seed 0) and seeds 1–2 of one cell, every
+    configuration; ``profiles/`` holds the unscaled profiles the report fits against."""
     import shutil
 
-    from calibrate.twin_study import CONFIGS, calibration_dir, scenario, summarise
+    import yaml
+
+    from calibrate.twin_study import CONFIGS, calibration_dir, scenario
     from scenarios import compile_trace, scenario_from_dict
-    (tmp_path / "profiles").mkdir()
+    (root / "profiles").mkdir(parents=True)
     base = load_hardware("cpu-base").path
     for fam in ("vllm", "sglang"):
-        shutil.copy(base, tmp_path / "profiles" / f"cpu-{fam}.yaml")
-    prof = {fam: str(tmp_path / "profiles" / f"cpu-{fam}.yaml") for fam in ("vllm", "sglang")}
+        shutil.copy(base, root / "profiles" / f"cpu-{fam}.yaml")
+    doc = yaml.safe_load(Path(base).read_text())
+    for ovh in doc["cost"]["overheads"].values():
+        ovh["decode_scale"] = {"value": decode_scale, "basis": "assumed", "source": "test"}
+    served = root / "served.yaml"
+    served.write_text(yaml.safe_dump(doc, sort_keys=False))
     for seed in (0, 1, 2):                  # seed 0: each instance's calibration trace
-        trace = compile_trace(scenario_from_dict(scenario(0.4, 0.9, 15.0, seed)))
+        trace = compile_trace(scenario_from_dict(scenario(0.4, 0.9, duration, seed)))
         for label, (kind, opts) in CONFIGS.items():
             if kind == "vllm":
                 over = {"block_size": 32, "enable_chunked_prefill": opts["chunked_prefill"] is not None,
                         **({"max_num_batched_tokens": opts["chunked_prefill"]} if opts["chunked_prefill"] else {})}
-                rec = simulate(trace, "vllm-v1", prof["vllm"], "tiny-llama", over, context=8192, record_tokens=True)
+                rec = simulate(trace, "vllm-v1", str(served), "tiny-llama", over, context=8192, record_tokens=True)
             else:
                 over = {"schedule_policy": opts["policy"], "max_total_tokens": 65536,
                         **({"chunked_prefill_size": opts["chunked_prefill"]} if opts.get("chunked_prefill") else {})}
-                rec = simulate(trace, "sglang-current", prof["sglang"], "tiny-llama", over, context=8192,
+                rec = simulate(trace, "sglang-current", str(served), "tiny-llama", over, context=8192,
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
-            write_run(rec, calibration_dir(tmp_path, label) if seed == 0 else
-                      tmp_path / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
+            write_run(rec, calibration_dir(root, label) if seed == 0 else
+                      root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
+
+
+def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):
+    """The study's report end to end at a small scale: "live" runs that are simulations with the same
+    profiles, so every target must be met and every error be zero."""
+    from calibrate.twin_study import CONFIGS, summarise
+    _fake_study(tmp_path)
     report = summarise(tmp_path, [(0.4, 0.9)])
     assert report.startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
     section = report.split("## Decode scale")[1].split("\n## ")[0]
@@ -237,6 +251,40 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
+
+
+def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path: Path):
+    """A repeat study (the same traces served again) takes the simulator's place: an identical repeat
+    meets every target with zero error; one whose instances decode 1.6× slower misses the per-engine E2E
+    target, and errors say by how much, in the repeat's direction."""
+    from calibrate.twin_study import repeat_checks, summarise
+    _fake_study(tmp_path / "study")
+    _fake_study(tmp_path / "same")
+    _fake_study(tmp_path / "slow", decode_scale=1.6)
+    same = repeat_checks(tmp_path / "study", tmp_path / "same", "rate0.4-sigma0.9")
+    assert len(same) >= 10 and same["met"].all() and (same["error"].abs() < 1e-12).all()
+    slow = repeat_checks(tmp_path / "study", tmp_path / "slow", "rate0.4-sigma0.9")
+    e2e = slow[slow["target"] == "engine e2e_p50"]
+    assert len(e2e) == 5 and (e2e["error"] > 0.15).all() and not e2e["met"].any()
+    report = summarise(tmp_path / "study", [(0.4, 0.9)], [tmp_path / "same", tmp_path / "slow"])
+    head = report.split("\n\n")[1].splitlines()
+    assert "met by a repeat of the live runs (same)" in head[0] and "(slow)" in head[0]
+    e2e_row = next(line for line in head if line.startswith("| engine e2e_p50 |")).split("|")
+    assert e2e_row[-3].strip() == "5" and e2e_row[-2].strip() == "0"        # same: 5 of 5; slow: none
+    assert "## The live runs against a repeat of themselves (slow" in report
+
+
+def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
+    from calibrate.twin_study import main, repeat_checks
+    from scenarios.errors import ServetwinError
+    _fake_study(tmp_path / "study")
+    _fake_study(tmp_path / "other", duration=20.0)          # same seeds, other traces
+    with pytest.raises(ServetwinError, match="identical traces"):
+        repeat_checks(tmp_path / "study", tmp_path / "other", "rate0.4-sigma0.9")
+    for bad, why in ((tmp_path / "nowhere", "no live/ folder"), (tmp_path / "study", "the study itself")):
+        with pytest.raises(SystemExit) as exc:
+            main(["--out", str(tmp_path / "study"), "--repeat-of", str(bad), "--no-realtime-client"])
+        assert exc.value.code == 2 and why in capsys.readouterr().err
 
 
 def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_path: Path, monkeypatch):
