@@ -50,7 +50,7 @@ $(ENGINE_VENV)/.installed:
 # its CPU requirements; the sgl_kernel stand-in (live/sglang_cpu) goes on PYTHONPATH at launch.
 SGLANG_VENV ?= .engine-sglang
 .PHONY: engine-sglang twin-study
-# The two-engine study on this machine, live and simulated (about 50 minutes: 11 of probes, 37 of live runs;
+# The two-engine study on this machine, live and simulated (about 50 minutes: 10–12 of probes, 38–40 of live runs;
 # TWIN_FLAGS=--quick for ~25).
 twin-study: $(STAMP) engine engine-sglang
 	$(BIN)/python -m calibrate.twin_study --out out/twin $(TWIN_FLAGS)

@@ -11,7 +11,7 @@ ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found 
 fitted simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile
 re-simulates the same live runs instead of starting a new study (delete the file for a new knee). Without
 --quick: two rates and a sharing sweep, 3 seeds each, 45-second runs
-(about 55 minutes); with --quick: one rate, 2 seeds, 40-second runs (about 25 minutes). The profiles are
+(about 50 minutes); with --quick: one rate, 2 seeds, 40-second runs (about 25 minutes). The profiles are
 fitted on probes, so every study seed is held out from the fit: each engine is probed first in its
 default configuration (the full plan) and then with its 512-token budget (the chunking shapes), back to
 back, and fitted on both. Then each engine instance serves a calibration trace (seed 0, the first cell,
