@@ -107,7 +107,7 @@ def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list
             for r, s, seed, secs, dest in todo:
                 trace = compile_trace(scenario_from_dict(scenario(r, s, secs, seed)))
                 rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
-                               LiveOptions(label, engine_log=str(eng.log_path)), dest)
+                               LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid), dest)
                 print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
         finally:
             eng.stop()

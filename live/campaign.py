@@ -114,7 +114,7 @@ def run_campaign(c: Campaign, out: str | Path, base: Path = Path("."),
                 first = False
                 key = f"{rc.label}/seed-{seed}"
                 status[key] = _attempts(c, rc, sc.with_seed(seed), endpoint, expect, out / rc.label / f"seed-{seed}",
-                                        engine.log_path if engine else None, log)
+                                        engine.log_path if engine else None, log, engine.pid if engine else None)
         finally:
             if engine:
                 engine.stop()
@@ -132,13 +132,13 @@ def _engine(rc: RunConfig, out: Path) -> VllmCpu:
 
 
 def _attempts(c: Campaign, rc: RunConfig, sc: Any, endpoint: str, expect: dict[str, Any], dest: Path,
-              engine_log: Path | None, log: Callable[[str], None]) -> str:
+              engine_log: Path | None, log: Callable[[str], None], engine_pid: int | None = None) -> str:
     trace = compile_trace(sc)
     for attempt in range(c.retries + 1):
         cfg = DispatchConfig(endpoint=endpoint, model=rc.model, warmup=c.warmup, timeout_s=c.timeout_s,
                              stall_s=c.timeout_s)
         opts = LiveOptions(engine_label=rc.label, engine_log=str(engine_log) if engine_log else None,
-                           expected=expect)
+                           expected=expect, engine_pid=engine_pid)
         rec = run_live(trace, cfg, opts, dest)
         if rec.meta["passed"]:
             log(f"{rc.label} seed {sc.seed}: passed")

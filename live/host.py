@@ -2,7 +2,9 @@
 a slow engine: CPU time stolen by the hypervisor (``/proc/stat``), time with runnable tasks waiting for a
 CPU (``/proc/pressure/cpu``, "some") and the load average at the end. Linux only; on other systems, or
 where a file is missing, the field is None. When the engine runs on the same host (a local engine) this
-is the engine's host too."""
+is the engine's host too, and given the engine's process id, each of the engine's processes is accounted
+for: CPU time its threads ran and time they were runnable but waiting for a CPU (``schedstat``), which
+tells an engine short of CPU from one that is slow on its own."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ PROC = Path("/proc")
 class HostSample:
     steal_s: float | None                   # all CPUs together
     cpu_pressure_s: float | None            # "some" stall time
+    processes: dict[str, tuple[float, float]] | None = None    # "comm pid": (ran s, waited for a CPU s)
 
 
 def _steal_s(proc: Path) -> float | None:
@@ -39,8 +42,60 @@ def _pressure_s(proc: Path) -> float | None:
     return None
 
 
-def sample(proc: Path = PROC) -> HostSample:
-    return HostSample(_steal_s(proc), _pressure_s(proc))
+def process_tree(pid: int, proc: Path = PROC) -> list[int]:
+    """``pid`` and every process below it."""
+    parent: dict[int, int] = {}
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += [c for c, pp in parent.items() if pp == p]
+    return tree
+
+
+def _process_times(pid: int, proc: Path) -> tuple[str, float, float] | None:
+    """(name, seconds its threads ran, seconds they waited runnable) from each thread's schedstat."""
+    try:
+        name = (proc / str(pid) / "comm").read_text().strip()
+        ran = waited = 0
+        for task in (proc / str(pid) / "task").iterdir():
+            fields = (task / "schedstat").read_text().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None                       # gone, or no schedstat on this kernel
+    return name, ran / 1e9, waited / 1e9
+
+
+def sample(proc: Path = PROC, engine_pid: int | None = None) -> HostSample:
+    procs = None
+    if engine_pid is not None:
+        procs = {}
+        for p in process_tree(engine_pid, proc):
+            t = _process_times(p, proc)
+            if t is not None:
+                procs[f"{t[0]} {p}"] = (t[1], t[2])
+    return HostSample(_steal_s(proc), _pressure_s(proc), procs)
+
+
+def engine_processes(start: HostSample, end: HostSample, duration_s: float) -> dict[str, dict[str, float]] | None:
+    """Per engine process alive at both samples: seconds run and seconds waited for a CPU during the run,
+    each also as a share of the run (a share above 1 is more than one thread at a time)."""
+    if start.processes is None or end.processes is None or duration_s <= 0:
+        return None
+    out = {}
+    for key, (ran1, wait1) in end.processes.items():
+        if key in start.processes:
+            ran0, wait0 = start.processes[key]
+            ran, waited = max(0.0, ran1 - ran0), max(0.0, wait1 - wait0)
+            out[key] = {"cpu_s": ran, "cpu_share": ran / duration_s,
+                        "wait_s": waited, "wait_share": waited / duration_s}
+    return out
 
 
 def summary(start: HostSample, end: HostSample, duration_s: float, proc: Path = PROC) -> dict[str, Any]:
@@ -57,5 +112,9 @@ def summary(start: HostSample, end: HostSample, duration_s: float, proc: Path = 
         load: float | None = float((proc / "loadavg").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         load = None
-    return {"cpu_steal_s": steal, "cpu_steal_share": share(steal), "cpu_pressure_s": pressure,
-            "cpu_pressure_share": share(pressure), "load_1m": load, "cpus": os.cpu_count()}
+    out: dict[str, Any] = {"cpu_steal_s": steal, "cpu_steal_share": share(steal), "cpu_pressure_s": pressure,
+                           "cpu_pressure_share": share(pressure), "load_1m": load, "cpus": os.cpu_count()}
+    procs = engine_processes(start, end, duration_s)
+    if procs is not None:
+        out["engine_processes"] = procs
+    return out

@@ -74,6 +74,11 @@ class VllmCpu:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The engine's process id while it runs (its workers are its children)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def argv(self) -> list[str]:
         a = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
              "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(self.max_model_len),

@@ -47,6 +47,7 @@ class LiveOptions:
     engine_log: str | None = None
     expected: dict[str, Any] | None = None
     health_timeout_s: float = 600.0
+    engine_pid: int | None = None       # a local engine's process: its processes' CPU and waits are recorded
 
 
 async def wait_healthy(client: httpx.AsyncClient, endpoint: str, timeout_s: float) -> None:
@@ -158,7 +159,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
         scraper = tm.Scraper(cfg.endpoint.rstrip("/") + "/metrics", opts.metrics_interval_s)
         stop = asyncio.Event()
         start_unix = time.time()
-        host0 = host.sample()
+        host0 = host.sample(engine_pid=opts.engine_pid)
         scrape = asyncio.create_task(scraper.run(client, replay.start_clock(), stop))
         try:
             await replay.run()
@@ -172,7 +173,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
             await asyncio.gather(scrape, return_exceptions=True)
             sink.close()
         end_unix = time.time()
-        host_state = host.summary(host0, host.sample(), end_unix - start_unix)
+        host_state = host.summary(host0, host.sample(engine_pid=opts.engine_pid), end_unix - start_unix)
         tel = scraper.frame()
         if opts.prometheus_url:
             try:

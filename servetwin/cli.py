@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-interval", type=float, default=1.0)
     p.add_argument("--prometheus", default=None, help="Prometheus base URL for the run window")
     p.add_argument("--engine-log", default=None, help="engine start-up log to read the resolved configuration")
+    p.add_argument("--engine-pid", type=int, default=None, metavar="PID",
+                   help="a local engine's process: record its processes' CPU time and waits for a CPU in run.json")
     p.add_argument("--expect", nargs="*", default=[], metavar="K=V", help="resolved settings the run must have")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     p.add_argument("--chat", default=None, metavar="TOKENIZER_DIR",

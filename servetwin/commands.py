@@ -217,6 +217,9 @@ def cmd_live_run(a: argparse.Namespace) -> int:
     from live.dispatcher import DispatchConfig
     from live.run import LiveOptions, run_live, summary_line
     from simulator.presets import parse_overrides
+    if a.engine_pid is not None and not Path(f"/proc/{a.engine_pid}/task").is_dir():
+        raise ServetwinError(f"--engine-pid {a.engine_pid}: no such process on this host (the engine must run "
+                             "here, on Linux, for its processes to be accounted for); leave it out otherwise")
     trace = _trace_for(a)
     model = a.model or _first_model(a.endpoint)
     cfg = DispatchConfig(endpoint=a.endpoint, model=model, timeout_s=a.timeout, stall_s=a.timeout,
@@ -225,7 +228,8 @@ def cmd_live_run(a: argparse.Namespace) -> int:
         from live.text_prompts import TextPrompts
         cfg.api, cfg.text_prompts = "chat", TextPrompts(trace, a.chat)
     opts = LiveOptions(engine_label=a.engine_label, metrics_interval_s=a.metrics_interval,
-                       prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect))
+                       prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect),
+                       engine_pid=a.engine_pid)
     _client_priority(a)
     rec = run_live(trace, cfg, opts, a.out)
     for w in rec.meta["config_warnings"]:

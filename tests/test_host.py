@@ -41,3 +41,43 @@ def test_this_machine_is_read():
     s = host.summary(host.sample(), host.sample(), 1.0)
     if Path("/proc/stat").is_file():
         assert s["cpu_steal_s"] is not None and s["cpu_steal_s"] >= 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread schedstat is Linux's")
+def test_a_local_engines_processes_are_accounted_for(tmp_path: Path):
+    """Given the engine's process id, each process under it gets the CPU its threads used during the run and
+    the time they waited for a CPU; a child that spins for 0.4 s shows about that much CPU, an idle parent
+    next to none, and the summary says nothing of processes when no engine was named."""
+    import subprocess
+    import sys
+    import time
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "c = subprocess.Popen([sys.executable, '-c', "
+                               "'import time\\nsys_t = time.time()\\nwhile time.time() < sys_t + 0.4: pass\\n"
+                               "time.sleep(30)'])\ntime.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while len(host.process_tree(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        start = host.sample(engine_pid=parent.pid)
+        time.sleep(1.0)
+        s = host.summary(start, host.sample(engine_pid=parent.pid), 1.0)
+    finally:
+        for p in reversed(host.process_tree(parent.pid)):
+            os.kill(p, 9)
+        parent.wait()
+    procs = s["engine_processes"]
+    assert len(procs) == 2 and all(k.startswith("python") for k in procs)
+    child = next(v for k, v in procs.items() if not k.endswith(f" {parent.pid}"))
+    assert 0.05 < child["cpu_s"] <= 0.6 and child["wait_s"] >= 0.0 and child["cpu_share"] == child["cpu_s"]
+    assert procs[next(k for k in procs if k.endswith(f" {parent.pid}"))]["cpu_s"] < 0.05
+    assert "engine_processes" not in host.summary(host.sample(), host.sample(), 1.0)
+
+
+def test_live_run_refuses_an_engine_pid_that_is_not_here(tmp_path: Path, capsys):
+    from servetwin.cli import main
+    code = main(["live", "run", "--scenario", "scenarios/examples/rate-0.12.yaml", "--endpoint", "http://127.0.0.1:9",
+                 "--engine-label", "x", "--out", str(tmp_path / "run"), "--engine-pid", "999999999"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--engine-pid 999999999: no such process on this host" in err
+    assert not (tmp_path / "run").exists()                  # refused before anything was written

@@ -85,7 +85,8 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     r = subprocess.run([sys.executable, "-m", "servetwin.cli", "live", "run", "--trace", str(trace_dir),
                         "--endpoint", engine.url, "--engine-label", "vllm-cpu-apc", "--out", str(out), "--warmup", "3",
                         "--prometheus", prometheus, "--engine-log", str(engine.log_path), "--metrics-interval", "1",
-                        "--expect", "enable_prefix_caching=true", "block_size=16", "--realtime-client"],
+                        "--expect", "enable_prefix_caching=true", "block_size=16", "--realtime-client",
+                        "--engine-pid", str(engine.pid)],
                        capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "block_size: expected 16, engine resolved 32" in r.stderr      # mismatch warned, not hidden
@@ -97,6 +98,9 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     assert (req["first_token_s"] > req["send_s"]).all() and (req["last_token_s"] >= req["first_token_s"]).all()
     cfg = rec.meta["engine_config"]
     assert cfg["enable_prefix_caching"] is True and cfg["block_size"] == 32 and cfg["version"]
+    procs = rec.meta["host"]["engine_processes"]             # the engine's own processes, accounted for
+    worker = [v for k, v in procs.items() if k.startswith("VLLM::Worker")]
+    assert worker and worker[0]["cpu_s"] > 0 and any(k.startswith("VLLM::EngineCor") for k in procs)
     tel = rec.meta["telemetry_summary"]
     assert tel["samples"] >= 5 and tel["prefix_hit_tokens"] > 0 and tel["kv_usage_peak"] >= 0   # from Prometheus
     m = run_metrics(rec)
