@@ -85,7 +85,8 @@ def sample(proc: Path = PROC, engine_pid: int | None = None) -> HostSample:
 
 def engine_processes(start: HostSample, end: HostSample, duration_s: float) -> dict[str, dict[str, float]] | None:
     """Per engine process alive at both samples: seconds run and seconds waited for a CPU during the run,
-    each also as a share of the run (a share above 1 is more than one thread at a time)."""
+    each also as a share of the run (a share above 1 is more than one thread at a time). A thread that
+    ended during the run takes its time with it, so each figure is a lower bound."""
     if start.processes is None or end.processes is None or duration_s <= 0:
         return None
     out = {}
