@@ -201,7 +201,8 @@ def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
         measured_vs_simulated(sbs, out / "figures" / cond)
     gaps, phi, per_config = study_tables(sbs)
     parts = [f"## {cond}: the client (dispatch lag: send time minus planned time; over 10 ms the client's own "
-             "queueing is in its timestamps)\n", to_markdown(client_table(lives)), "",
+             "queueing is in its timestamps) and the engine's busiest process (CPUs it used, share of the run "
+             "its threads waited for a CPU; mean over seeds)\n", to_markdown(client_table(lives)), "",
              f"## {cond}: keeps pace (achieved / realised load; keeps pace at ≥ {KEEPS_PACE})\n",
              to_markdown(keeps_pace_table(sbs)),
              f"\n## {cond}: measured vs simulated per configuration\n", to_markdown(per_config),
@@ -335,11 +336,25 @@ def client_table(lives: list[Any]) -> pd.DataFrame:
         return 1000 * float((r.meta.get("dispatch_lag_s") or {}).get(q, float("nan")))   # nan: not recorded
 
     rows = [{"config": r.meta["engine"], "client": (r.meta.get("client") or {}).get("scheduling", "not recorded"),
-             "lag_p99_ms": lag_ms(r, "p99"), "lag_max_ms": lag_ms(r, "max")} for r in lives]
+             "lag_p99_ms": lag_ms(r, "p99"), "lag_max_ms": lag_ms(r, "max"), **busiest_process(r)} for r in lives]
     if not rows:
         return pd.DataFrame()
-    return pd.DataFrame(rows).groupby("config").agg(client=("client", "first"), worst_lag_p99_ms=("lag_p99_ms", "max"),
-                                                    worst_lag_max_ms=("lag_max_ms", "max")).reset_index()
+    t = pd.DataFrame(rows).groupby("config").agg(client=("client", "first"), worst_lag_p99_ms=("lag_p99_ms", "max"),
+                                                 worst_lag_max_ms=("lag_max_ms", "max"), process=("process", "first"),
+                                                 cpu=("cpu", "mean"), waited=("waited", "mean")).reset_index()
+    t["engine_busiest_process"] = [f"{p}: {c:.2f} CPU, waited {w:.0%}" if isinstance(p, str) else "—"
+                                   for p, c, w in zip(t["process"], t["cpu"], t["waited"], strict=True)]
+    return t.drop(columns=["process", "cpu", "waited"])
+
+
+def busiest_process(r: Any) -> dict[str, Any]:
+    """The engine process that ran most during a run (the forward, on these engines): its name, CPUs used
+    and share of the run its threads waited for a CPU; nothing where the run did not account for them."""
+    procs = (r.meta.get("host") or {}).get("engine_processes") or {}
+    if not procs:
+        return {"process": None, "cpu": float("nan"), "waited": float("nan")}
+    name, v = max(procs.items(), key=lambda kv: kv[1]["cpu_s"])
+    return {"process": name.rsplit(" ", 1)[0], "cpu": v["cpu_share"], "waited": v["wait_share"]}
 
 
 def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:

@@ -339,3 +339,25 @@ def test_chunk_budget_read_from_each_engines_resolved_configuration():
     assert chunk_budget({"chunked_prefill_size": -1}) is None
     # the front end's latency is a free coefficient only where it has cores of its own (vLLM's CPU backend)
     assert "request_s" in free_params("vllm-v1") and "request_s" not in free_params("sglang")
+
+
+def test_twin_study_client_table_names_each_engines_busiest_process():
+    """Per configuration, the engine process that ran most and how long its threads waited for a CPU,
+    averaged over seeds; a configuration whose runs did not account for processes says so with "—"."""
+    from types import SimpleNamespace
+
+    from calibrate.twin_study import client_table
+
+    def run(cfg: str, procs: dict | None) -> SimpleNamespace:
+        return SimpleNamespace(meta={"engine": cfg, "client": {"scheduling": "fifo"},
+                                     "dispatch_lag_s": {"p99": 0.001, "max": 0.002},
+                                     "host": {"engine_processes": procs} if procs is not None else {}})
+
+    def procs(fwd_cpu: float, fwd_wait: float) -> dict:
+        return {"sglang::schedul 12": {"cpu_s": 76.0, "cpu_share": fwd_cpu, "wait_s": 9.0, "wait_share": fwd_wait},
+                "python 10": {"cpu_s": 3.0, "cpu_share": 0.07, "wait_s": 3.6, "wait_share": 0.08}}
+
+    t = client_table([run("sglang-lpm", procs(1.6, 0.18)), run("sglang-lpm", procs(1.8, 0.22)),
+                      run("vllm-nochunk", None)]).set_index("config")
+    assert t.loc["sglang-lpm", "engine_busiest_process"] == "sglang::schedul: 1.70 CPU, waited 20%"
+    assert t.loc["vllm-nochunk", "engine_busiest_process"] == "—"
