@@ -44,18 +44,19 @@ def _pressure_s(proc: Path) -> float | None:
 
 def process_tree(pid: int, proc: Path = PROC) -> list[int]:
     """``pid`` and every process below it."""
-    parent: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     for d in proc.iterdir():
         if d.name.isdigit():
             try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
-                continue
+                continue                  # gone while the table was read
+            children.setdefault(ppid, []).append(int(d.name))
     tree, todo = [], [pid]
     while todo:
         p = todo.pop()
         tree.append(p)
-        todo += [c for c, pp in parent.items() if pp == p]
+        todo += children.get(p, [])
     return tree
 
 
