@@ -16,10 +16,11 @@
   token inside its prefill window ≈ the steps that carry its chunks (mixed with the decodes where the engine
   batches them together, prefill-only where it does not).
 
-The whole plan is first run once unrecorded (``warm_passes``): an engine meeting a batch shape for the
-first time can be several times slower (SGLang's CPU path: 30 ms → 0.3–1 s), which is not the steady
-cost the simulator models. Each probe is then repeated; results are a RunRecord (``source: probe``)
-whose ``run.json`` lists every probe request's kind and shape."""
+The whole plan is first run once unrecorded (``warm_passes``; its decode shapes with the short output
+only, which meets every batch shape): an engine meeting a batch shape for the first time can be several
+times slower (SGLang's CPU path: 30 ms → 0.3–1 s), which is not the steady cost the simulator models.
+Each probe is then repeated; results are a RunRecord (``source: probe``) whose ``run.json`` lists every
+probe request's kind and shape."""
 
 from __future__ import annotations
 
@@ -118,16 +119,17 @@ class Prober:
             await self._send(base, 1, None)                          # warm the prefix
             await self._send(base + self._ids(d), 1, None if k is None else ProbeRow(0, "cached", d, L, 1, k))
         short = max(2, p.decode_tokens // 4)
+        outs = (short,) if k is None else (short, p.decode_tokens)   # a warm pass meets each batch shape once
         for prompt in p.decode_contexts:
             ctx = prompt + (short + p.decode_tokens) // 2
             for c in p.decode_batches:
-                for out in (short, p.decode_tokens):
+                for out in outs:
                     rows = [None if k is None else ProbeRow(0, "decode", 1, ctx, c, k, out) for _ in range(c)]
                     await asyncio.gather(*[self._send(self._ids(prompt), out, r) for r in rows])
         prompt = p.decode_contexts[-1]
         ctx = prompt + (short + p.decode_tokens) // 2
         for c in p.shared_decode:
-            for out in (short, p.decode_tokens):
+            for out in outs:
                 pre = self._ids(p.shared_prefix)
                 await self._send(pre, 1, None)                       # cache the shared prefix
                 rows = [None if k is None else ProbeRow(0, "decode", p.shared_prefix, ctx, c, k, out) for _ in range(c)]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,80 +42,27 @@ from calibrate.compare import compare, gap_comparison, side_by_side
 from calibrate.compare import decomposition as phi_table
 from calibrate.decode_load import measure, scale_profile
 from calibrate.probe_fit import fit_probes
-from calibrate.probes import ProbePlan, probe
-from live.dispatcher import DispatchConfig
-from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
+from calibrate.twin_live import (
+    CALIBRATION_S,
+    CALIBRATION_SEED,
+    CONFIGS,
+    PROBED,
+    Cells,
+    calibration_dir,
+    cell,
+    pending_probe,
+    probe_dirs,
+    run_engines,
+    scenario,
+)
 from live.priority import realtime_client
-from live.run import LiveOptions, run_live
 from paper_figures.figures import measured_vs_simulated
-from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
 
-CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "vllm-nochunk": ("vllm", {"chunked_prefill": None}),
-    "sglang-lpm": ("sglang", {"policy": "lpm"}),
-    "vllm-c512": ("vllm", {"chunked_prefill": 512}),
-    "sglang-lpm-c512": ("sglang", {"policy": "lpm", "chunked_prefill": 512}),
-    "sglang-fcfs-c512": ("sglang", {"policy": "fcfs", "chunked_prefill": 512}),
-}
-# probes per configuration (directory under OUT/probes, plan): the full plan on each engine's default
-# configuration, the shapes a chunk budget changes on its 512-token one (prefill steps are separated
-# from the front end's per-request latency only by an engine run both ways)
-PROBED: dict[str, tuple[str, ProbePlan]] = {
-    "vllm-nochunk": ("vllm", ProbePlan(repeats=3)), "vllm-c512": ("vllm-c512", ProbePlan.chunking()),
-    "sglang-lpm": ("sglang", ProbePlan(repeats=3)), "sglang-lpm-c512": ("sglang-c512", ProbePlan.chunking())}
 PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
          "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
-CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
-
-
-def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
-    return {"name": f"rate{rate:g}-sigma{sharing:g}", "seed": seed, "duration_s": duration,
-            "arrivals": {"kind": "gamma", "rate": rate, "cv": 1.5},
-            "prompts": {"length": 2048, "sharing": sharing, "vocab_low": 2, "vocab_high": 4096},
-            "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
-            "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
-
-
-def engine(kind: str, opts: dict[str, Any], log: Path) -> VllmCpu:
-    model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
-    if kind == "sglang":
-        return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],
-                         log_path=log)
-    return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log)
-
-
-def run_live_cells(out: Path, conditions: list[tuple[float, float]], seeds: list[int], duration: float) -> None:
-    """Probe (where not yet probed) and run every configuration's missing cells, one engine at a time;
-    with cells, the instance's calibration trace first (the first cell, seed 0)."""
-    for label, (kind, opts) in CONFIGS.items():
-        todo = [(r, s, seed, duration, out / "live" / cell(r, s) / label / f"seed-{seed}")
-                for r, s in conditions for seed in seeds]
-        if conditions:
-            todo.insert(0, (*conditions[0], CALIBRATION_SEED, CALIBRATION_S, calibration_dir(out, label)))
-        todo = [t for t in todo if not (t[-1] / "run.json").is_file()]
-        probe_to = out / "probes" / PROBED[label][0] if label in PROBED else None
-        if probe_to is not None and (probe_to / "run.json").is_file():
-            probe_to = None
-        if not todo and probe_to is None:
-            continue                              # nothing to run: no engine start (its log is kept)
-        eng = engine(kind, opts, out / "logs" / f"{label}.log").start()
-        try:
-            if probe_to is not None:
-                probe(eng.url, "tiny-llama", probe_to, PROBED[label][1], str(eng.log_path))
-            for r, s, seed, secs, dest in todo:
-                trace = compile_trace(scenario_from_dict(scenario(r, s, secs, seed)))
-                rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
-                               LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid), dest)
-                print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
-        finally:
-            eng.stop()
-
-
-def calibration_dir(out: Path, label: str) -> Path:
-    return out / "calibration" / label / f"seed-{CALIBRATION_SEED}"
 
 
 def family_profile(out: Path, label: str) -> Path:
@@ -153,37 +101,56 @@ def study_run_spread(out: Path, label: str, fitted: Path) -> str:
     return f"{min(got):.2f}–{max(got):.2f} ({float(pd.Series(got).median()):.2f}, {len(got)} runs)"
 
 
-def probe_dirs(out: Path, family: str) -> list[Path]:
-    """Every probe record of one engine family (each configuration it was probed in)."""
-    dirs = [out / "probes" / d for label, (d, _) in PROBED.items() if CONFIGS[label][0] == family]
-    return [d for d in dirs if (d / "run.json").is_file()]
-
-
-def cell(rate: float, sharing: float) -> str:
-    return f"rate{rate:g}-sigma{sharing:g}"
-
-
-def study_conditions(out: Path, quick: bool, rate: float | None) -> list[tuple[float, float]]:
-    """The study's cells: given (--rate), pinned by an earlier run, or around the fitted SGLang twin's
-    knee (then pinned)."""
+def known_cells(out: Path, rate: float | None) -> Cells | None:
+    """The cells if already decided: given (--rate) or pinned by an earlier run."""
     if rate is not None:
         return [(rate, 0.9)]
     pinned = out / "conditions.json"
-    if pinned.is_file():
-        doc = json.loads(pinned.read_text())
-        print(f"cells pinned in {pinned} (knee {doc['knee']:.2f} DAG/s): {doc['conditions']}", file=sys.stderr)
-        return [(float(r), float(s)) for r, s in doc["conditions"]]
+    if not pinned.is_file():
+        return None
+    doc = json.loads(pinned.read_text())
+    print(f"cells pinned in {pinned} (knee {doc['knee']:.2f} DAG/s): {doc['conditions']}", file=sys.stderr)
+    return [(float(r), float(s)) for r, s in doc["conditions"]]
+
+
+def fit_family(out: Path, family: str) -> Path:
+    """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml."""
+    dest = out / "profiles" / f"cpu-{family}.yaml"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fit_probes(probe_dirs(out, family), "vllm-v1" if family == "vllm" else "sglang", "tiny-llama", "cpu-base", dest)
+    return dest
+
+
+def knee_cells(out: Path, quick: bool) -> Cells:
+    """Cells around the knee of SGLang's fitted twin (capacity search), pinned in OUT/conditions.json."""
     sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
-    cap = capacity_search(sc, "sglang-current", str(out / "profiles" / "cpu-sglang.yaml"), "tiny-llama",
+    cap = capacity_search(sc, "sglang-current", str(fit_family(out, "sglang")), "tiny-llama",
                           {"max_total_tokens": 65536, "schedule_policy": "lpm"},
                           lo=0.2, hi=4.0, seeds=(1,), context=8192)
     knee = cap.keeps_rate
     conditions = [(round(0.6 * knee, 2), 0.9)] if quick else [(round(0.6 * knee, 2), 0.9),
                                                               (round(1.1 * knee, 2), 0.9),
                                                               (round(0.6 * knee, 2), 0.5)]
-    pinned.write_text(json.dumps({"knee": knee, "conditions": conditions}) + "\n")
+    (out / "conditions.json").write_text(json.dumps({"knee": knee, "conditions": conditions}) + "\n")
     print(f"simulated SGLang knee ≈ {knee:.2f} DAG/s; conditions {conditions}", file=sys.stderr)
     return conditions
+
+
+def study_cells(out: Path, quick: bool, rate: float | None) -> Callable[[], Cells | None]:
+    """The study's cells as the engines learn them: known, or found once both SGLang probes exist;
+    None before that."""
+    found: list[Cells] = []
+
+    def cells() -> Cells | None:
+        if not found:
+            got = known_cells(out, rate)
+            sglang_probed = all(pending_probe(out, lb) is None for lb in PROBED if CONFIGS[lb][0] == "sglang")
+            if got is None and sglang_probed:
+                got = knee_cells(out, quick)
+            if got is not None:
+                found.append(got)
+        return found[0] if found else None
+    return cells
 
 
 def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
@@ -397,13 +364,12 @@ def study(a: argparse.Namespace) -> int:
     out = Path(a.out)
     seeds = [1, 2] if a.quick else [1, 2, 3]
     duration = 40.0 if a.quick else 45.0
-    # probes first (one engine of each kind), profiles, then the knee on the fitted twins
-    run_live_cells(out, [], seeds, duration)
-    (out / "profiles").mkdir(parents=True, exist_ok=True)
-    fit_probes(probe_dirs(out, "vllm"), "vllm-v1", "tiny-llama", "cpu-base", out / "profiles" / "cpu-vllm.yaml")
-    fit_probes(probe_dirs(out, "sglang"), "sglang", "tiny-llama", "cpu-base", out / "profiles" / "cpu-sglang.yaml")
-    conditions = study_conditions(out, a.quick, a.rate)
-    run_live_cells(out, conditions, seeds, duration)
+    cells = study_cells(out, a.quick, a.rate)
+    run_engines(out, seeds, duration, cells)          # each instance: its probes, then its runs
+    fit_family(out, "vllm")
+    fit_family(out, "sglang")
+    conditions = cells()
+    assert conditions is not None                     # every probe ran, so the knee was found
     report = summarise(out, conditions, [Path(r) for r in a.repeat_of])
     (out / "report.md").write_text(report)
     print(report)

@@ -299,12 +299,17 @@ def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_pat
         return Cap()
 
     monkeypatch.setattr(ts, "capacity_search", fake_search)
-    first = ts.study_conditions(tmp_path, quick=False, rate=None)
+    monkeypatch.setattr(ts, "fit_family", lambda out, family: tmp_path / f"cpu-{family}.yaml")
+    assert ts.study_cells(tmp_path, quick=False, rate=None)() is None      # SGLang not probed yet: no search
+    for d in ("sglang", "sglang-c512"):
+        (tmp_path / "probes" / d).mkdir(parents=True)
+        (tmp_path / "probes" / d / "run.json").write_text("{}")
+    first = ts.study_cells(tmp_path, quick=False, rate=None)()
     assert first == [(0.42, 0.9), (0.77, 0.9), (0.42, 0.5)] and len(searches) == 1
     Cap.keeps_rate = 2.0                    # a refitted profile would move the knee …
-    assert ts.study_conditions(tmp_path, quick=False, rate=None) == first      # … the cells stay
+    assert ts.study_cells(tmp_path, quick=False, rate=None)() == first      # … the cells stay
     assert len(searches) == 1
-    assert ts.study_conditions(tmp_path, quick=True, rate=0.3) == [(0.3, 0.9)]
+    assert ts.study_cells(tmp_path, quick=True, rate=0.3)() == [(0.3, 0.9)]
 
 
 def test_probe_fit_takes_each_shapes_fastest_repeat(tmp_path: Path):

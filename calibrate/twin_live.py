@@ -1,0 +1,129 @@
+"""The live side of the two-engine study: its configurations, traces and the engine instances that serve
+them (``calibrate.twin_study`` fits, simulates and reports).
+
+One instance per configuration where the order allows: a probed configuration's instance is probed
+first and then serves its calibration trace and study seeds, so the profile, the instance's decode scale
+and its held-out runs come from the same instance, and no instance is started twice. The cells must be
+known before a study run: given (``--rate``), pinned in ``OUT/conditions.json``, or found from SGLang's
+fitted twin, which needs both SGLang probes. SGLang's two probed configurations therefore go first; in a
+study without its cells the first of them is probed, stopped, and started again at the end for its runs
+(six engine starts instead of five)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from calibrate.probes import ProbePlan, probe
+from live.dispatcher import DispatchConfig
+from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
+from live.run import LiveOptions, run_live
+from scenarios.compiler import compile_trace
+from scenarios.spec import scenario_from_dict
+
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vllm-nochunk": ("vllm", {"chunked_prefill": None}),
+    "sglang-lpm": ("sglang", {"policy": "lpm"}),
+    "vllm-c512": ("vllm", {"chunked_prefill": 512}),
+    "sglang-lpm-c512": ("sglang", {"policy": "lpm", "chunked_prefill": 512}),
+    "sglang-fcfs-c512": ("sglang", {"policy": "fcfs", "chunked_prefill": 512}),
+}
+# the order instances are started in: SGLang's probed configurations first (its knee sets the cells)
+ORDER = ("sglang-lpm", "sglang-lpm-c512", "vllm-nochunk", "vllm-c512", "sglang-fcfs-c512")
+# probes per configuration (directory under OUT/probes, plan): the full plan on each engine's default
+# configuration, the shapes a chunk budget changes on its 512-token one (prefill steps are separated
+# from the front end's per-request latency only by an engine run both ways)
+PROBED: dict[str, tuple[str, ProbePlan]] = {
+    "vllm-nochunk": ("vllm", ProbePlan(repeats=3)), "vllm-c512": ("vllm-c512", ProbePlan.chunking()),
+    "sglang-lpm": ("sglang", ProbePlan(repeats=3)), "sglang-lpm-c512": ("sglang-c512", ProbePlan.chunking())}
+CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
+
+Cells = list[tuple[float, float]]
+
+
+def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
+    return {"name": f"rate{rate:g}-sigma{sharing:g}", "seed": seed, "duration_s": duration,
+            "arrivals": {"kind": "gamma", "rate": rate, "cv": 1.5},
+            "prompts": {"length": 2048, "sharing": sharing, "vocab_low": 2, "vocab_high": 4096},
+            "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
+            "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
+
+
+def cell(rate: float, sharing: float) -> str:
+    return f"rate{rate:g}-sigma{sharing:g}"
+
+
+def calibration_dir(out: Path, label: str) -> Path:
+    return out / "calibration" / label / f"seed-{CALIBRATION_SEED}"
+
+
+def probe_dirs(out: Path, family: str) -> list[Path]:
+    """Every probe record of one engine family (each configuration it was probed in)."""
+    dirs = [out / "probes" / d for label, (d, _) in PROBED.items() if CONFIGS[label][0] == family]
+    return [d for d in dirs if (d / "run.json").is_file()]
+
+
+def engine(kind: str, opts: dict[str, Any], log: Path) -> VllmCpu:
+    model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
+    if kind == "sglang":
+        return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],
+                         log_path=log)
+    return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log)
+
+
+def pending_probe(out: Path, label: str) -> Path | None:
+    """Where this configuration's probes go, if it is probed and not yet."""
+    if label not in PROBED:
+        return None
+    dest = out / "probes" / PROBED[label][0]
+    return None if (dest / "run.json").is_file() else dest
+
+
+def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
+                 duration: float) -> list[tuple[float, float, int, float, Path]]:
+    """The configuration's runs not yet recorded: its calibration trace (the first cell, seed 0) first."""
+    todo = [(r, s, seed, duration, out / "live" / cell(r, s) / label / f"seed-{seed}")
+            for r, s in cells for seed in seeds]
+    if cells:
+        todo.insert(0, (*cells[0], CALIBRATION_SEED, CALIBRATION_S, calibration_dir(out, label)))
+    return [t for t in todo if not (t[-1] / "run.json").is_file()]
+
+
+def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> bool:
+    """Start this configuration's instance if it has anything to do: its probes (if probed and not yet),
+    then — once ``cells()`` knows the cells — its calibration trace and study seeds. False when its runs
+    are left for a later call because the cells were not known yet."""
+    kind, opts = CONFIGS[label]
+    probe_to, known = pending_probe(out, label), cells()
+    todo = pending_runs(out, label, known, seeds, duration) if known is not None else []
+    if probe_to is None and not todo:
+        return known is not None                 # nothing to run now: no engine start (its log is kept)
+    eng = engine(kind, opts, out / "logs" / f"{label}.log").start()
+    try:
+        if probe_to is not None:
+            probe(eng.url, "tiny-llama", probe_to, PROBED[label][1], str(eng.log_path))
+            print(f"  {probe_to.relative_to(out)}: probed", file=sys.stderr)
+        if known is None:
+            known = cells()
+            if known is None:
+                return False
+            todo = pending_runs(out, label, known, seeds, duration)
+        for r, s, seed, secs, dest in todo:
+            trace = compile_trace(scenario_from_dict(scenario(r, s, secs, seed)))
+            rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
+                           LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid), dest)
+            print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
+    finally:
+        eng.stop()
+    return True
+
+
+def run_engines(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> None:
+    """Every configuration's probes and runs, one instance at a time in ``ORDER``; those whose cells were
+    not known while their instance ran are started again once they are."""
+    later = [label for label in ORDER if not serve(out, label, seeds, duration, cells)]
+    for label in later:
+        if not serve(out, label, seeds, duration, cells):
+            raise RuntimeError(f"{label}: the study's cells are still unknown after every probe")

@@ -1,0 +1,105 @@
+"""The two-engine study's engine schedule: one instance per configuration, probed before it serves its
+runs, no run before the cells are known, nothing re-run on resume (engines, probes and runs faked)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import calibrate.twin_live as tl
+import calibrate.twin_study as ts
+
+
+class FakeEngine:
+    def __init__(self, label: str, events: list[tuple[str, ...]]):
+        self.label, self.events = label, events
+        self.url, self.pid, self.log_path = "http://fake", 1, Path("fake.log")
+
+    def start(self) -> FakeEngine:
+        self.events.append(("start", self.label))
+        return self
+
+    def stop(self) -> None:
+        self.events.append(("stop", self.label))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    events: list[tuple[str, ...]] = []
+    labels = {id(v[1]): k for k, v in tl.CONFIGS.items()}
+
+    def engine(kind: str, opts: dict[str, Any], log: Path) -> FakeEngine:
+        return FakeEngine(labels[id(opts)], events)
+
+    def probe(url: str, model: str, dest: Path, plan: Any, log: str) -> None:
+        dest.mkdir(parents=True)
+        (dest / "run.json").write_text("{}")
+        events.append(("probe", dest.name))
+
+    def run_live(trace: Any, cfg: Any, opts: Any, dest: Path) -> Any:
+        dest.mkdir(parents=True)
+        (dest / "run.json").write_text("{}")
+        events.append(("run", opts.engine_label, dest.name))
+        return SimpleNamespace(meta={"passed": True})
+
+    def knee_cells(out: Path, quick: bool) -> list[tuple[float, float]]:
+        events.append(("knee",))
+        (out / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9]]}))
+        return [(0.6, 0.9)]
+
+    monkeypatch.setattr(tl, "engine", engine)
+    monkeypatch.setattr(tl, "probe", probe)
+    monkeypatch.setattr(tl, "run_live", run_live)
+    monkeypatch.setattr(tl, "compile_trace", lambda sc: None)
+    monkeypatch.setattr(ts, "knee_cells", knee_cells)
+    return events
+
+
+def instances(events: list[tuple[str, ...]]) -> list[list[tuple[str, ...]]]:
+    """What each started instance did, in order."""
+    out: list[list[tuple[str, ...]]] = []
+    for e in events:
+        if e[0] == "start":
+            out.append([e])
+        elif out:
+            out[-1].append(e)
+    return out
+
+
+def test_a_new_study_probes_each_instance_before_its_runs_and_starts_six(tmp_path: Path,
+                                                                      fake: list[tuple[str, ...]]) -> None:
+    tl.run_engines(tmp_path, [1, 2], 40.0, ts.study_cells(tmp_path, quick=True, rate=None))
+    inst = instances(fake)
+    assert len(inst) == 6                                  # SGLang's default instance twice, no other
+    assert [i[0][1] for i in inst] == [*tl.ORDER, "sglang-lpm"]
+    knee = fake.index(("knee",))
+    assert all(e[0] != "run" for e in fake[:knee])         # no run before the cells are known
+    for i in inst:
+        label, did = i[0][1], [e for e in i if e[0] in ("probe", "run")]
+        if did and did[0][0] == "probe":
+            assert did[0][1] == tl.PROBED[label][0]
+        runs = [e[2] for e in did if e[0] == "run"]
+        if runs:                                           # its calibration trace, then its seeds
+            assert runs == ["seed-0", "seed-1", "seed-2"]
+    probed_and_ran = [i[0][1] for i in inst if any(e[0] == "probe" for e in i) and any(e[0] == "run" for e in i)]
+    assert probed_and_ran == ["sglang-lpm-c512", "vllm-nochunk", "vllm-c512"]
+
+
+def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_path: Path,
+                                                                           fake: list[tuple[str, ...]]) -> None:
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9], [1.1, 0.9]]}))
+    cells = ts.study_cells(tmp_path, quick=False, rate=None)
+    tl.run_engines(tmp_path, [1], 45.0, cells)
+    inst = instances(fake)
+    assert [i[0][1] for i in inst] == list(tl.ORDER)
+    for i in inst:
+        did = [e for e in i if e[0] in ("probe", "run")]
+        assert [e[0] for e in did] == (["probe"] if i[0][1] in tl.PROBED else []) + ["run"] * 3
+    assert ("knee",) not in fake
+    fake.clear()
+    tl.run_engines(tmp_path, [1], 45.0, cells)             # everything recorded: no engine is started
+    assert fake == []
