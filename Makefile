@@ -53,7 +53,7 @@ SGLANG_VENV ?= .engine-sglang
 # The two-engine study on this machine, live and simulated (about 50 minutes: 10–12 of probes, 38–40 of live runs;
 # TWIN_FLAGS=--quick for ~25).
 twin-study: $(STAMP) engine engine-sglang
-	$(BIN)/python -m calibrate.twin_study --out out/twin $(TWIN_FLAGS)
+	$(BIN)/servetwin twin-study --out out/twin $(TWIN_FLAGS)
 
 engine-sglang: $(SGLANG_VENV)/.installed
 

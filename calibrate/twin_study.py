@@ -3,23 +3,24 @@ model, driven with the same seeded agent traces under vendor-style defaults and 
 budget matched (plus SGLang FCFS vs LPM), then the same traces simulated with each engine's fitted
 profile; measured and simulated tables side by side.
 
-    python -m calibrate.twin_study --out out/twin [--quick]
+    servetwin twin-study --out out/twin [--quick]        (or python -m calibrate.twin_study …)
 
 Arms (labels): defaults = vllm-nochunk (chunked prefill off, as vLLM 0.6.3's default) vs sglang-lpm (its
 resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets);
 ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its
 fitted simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile
 re-simulates the same live runs instead of starting a new study (delete the file for a new knee). Without
---quick: two rates and a sharing sweep, 3 seeds each, 45-second runs
-(about 50 minutes); with --quick: one rate, 2 seeds, 40-second runs (about 25 minutes). The profiles are
-fitted on probes, so every study seed is held out from the fit: each engine is probed first in its
-default configuration (the full plan) and then with its 512-token budget (the chunking shapes), back to
-back, and fitted on both. Then each engine instance serves a calibration trace (seed 0, the first cell,
-30 s) before its study seeds; its decode steps under that load, against the fitted profile, give the
-instance's ``decode_scale`` (``calibrate.decode_load``), written to ``OUT/profiles/<config>.yaml``. The
-report's targets use those profiles and repeat the counts with the probe-only ones. ``--repeat-of DIR``
-(another study's OUT with the same pinned cells) holds that study's live runs to the same targets against
-this one's, in the simulator's place: how well the engines agree with themselves on this machine.
+--quick: two rates and a sharing sweep, 3 seeds each, 45-second runs (about 50 minutes); with --quick: one
+rate, 2 seeds, 40-second runs (about 25 minutes). The profiles are fitted on probes, so every study seed is
+held out from the fit: each engine is probed in its default configuration (the full plan) and with its
+512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its runs
+(``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration trace
+(seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the fitted
+profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
+``OUT/profiles/<config>.yaml``. The report's targets use those profiles and repeat the counts with the
+probe-only ones. ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds that study's
+live runs to the same targets against this one's, in the simulator's place: how well the engines agree with
+themselves on this machine.
 
     python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
 """
@@ -42,6 +43,7 @@ from calibrate.compare import compare, gap_comparison, side_by_side
 from calibrate.compare import decomposition as phi_table
 from calibrate.decode_load import measure, scale_profile
 from calibrate.probe_fit import fit_probes
+from calibrate.twin_args import add_arguments, bad_repeat
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -335,22 +337,10 @@ def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="out/twin")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rate", type=float, default=None, help="skip the capacity search; use this DAG rate")
-    ap.add_argument("--no-realtime-client", action="store_true",
-                    help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "
-                         "the engines share its 2 CPUs)")
-    ap.add_argument("--repeat-of", action="append", default=[], metavar="DIR",
-                    help="another study folder with the same pinned cells: its live runs are held to the targets "
-                         "against this study's, in the simulator's place (repeatable)")
+    add_arguments(ap)
     a = ap.parse_args(argv)
-    for rep in a.repeat_of:
-        if Path(rep).resolve() == Path(a.out).resolve():
-            ap.error(f"--repeat-of {rep}: that is the study itself (--out); give another study's folder")
-        if not (Path(rep) / "live").is_dir():
-            ap.error(f"--repeat-of {rep}: no live/ folder there; give a study folder (the --out of an earlier "
-                     "study with the same pinned cells)")
+    if (why := bad_repeat(a)) is not None:
+        ap.error(why)
     try:
         return study(a)
     except ServetwinError as err:

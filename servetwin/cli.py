@@ -184,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decomposition φ measured and simulated, e.g. vllm-nochunk/sglang vllm-c512/sglang-c512")
     p.set_defaults(fn=c.cmd_compare)
 
+    p = sub.add_parser("twin-study", help="the two-engine study on this machine: vLLM and SGLang (CPU) probed, "
+                       "calibrated and driven live with the same traces, then simulated; targets and tables side "
+                       "by side (make engine engine-sglang first)")
+    from calibrate.twin_args import add_arguments as twin_study_arguments
+    twin_study_arguments(p)
+    p.set_defaults(fn=c.cmd_twin_study)
+
     p = sub.add_parser("report", help="one self-contained HTML page: tables, figures, resolved configurations")
     p.add_argument("runs", nargs="+")
     p.add_argument("--out", required=True)

@@ -286,6 +286,14 @@ def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
     return run(a.live_run, a.hardware, a.model, a.out)
 
 
+def cmd_twin_study(a: argparse.Namespace) -> int:
+    from calibrate.twin_args import bad_repeat
+    from calibrate.twin_study import study
+    if (why := bad_repeat(a)) is not None:
+        raise SpecError(why)
+    return study(a)
+
+
 def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare

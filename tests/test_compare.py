@@ -277,6 +277,7 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
 def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
     from calibrate.twin_study import main, repeat_checks
     from scenarios.errors import ServetwinError
+    from servetwin.cli import main as servetwin_main
     _fake_study(tmp_path / "study")
     _fake_study(tmp_path / "other", duration=20.0)          # same seeds, other traces
     with pytest.raises(ServetwinError, match="identical traces"):
@@ -285,6 +286,9 @@ def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
         with pytest.raises(SystemExit) as exc:
             main(["--out", str(tmp_path / "study"), "--repeat-of", str(bad), "--no-realtime-client"])
         assert exc.value.code == 2 and why in capsys.readouterr().err
+        rc = servetwin_main(["twin-study", "--out", str(tmp_path / "study"), "--repeat-of", str(bad)])
+        err = capsys.readouterr().err
+        assert rc == 2 and why in err and len(err.strip().splitlines()) == 1    # the same from `servetwin`
 
 
 def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_path: Path, monkeypatch):

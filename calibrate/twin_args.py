@@ -1,0 +1,31 @@
+"""The two-engine study's options, shared by ``python -m calibrate.twin_study`` and ``servetwin twin-study``
+(kept apart from the study so that building the CLI's parser imports nothing heavy)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The study's options (``python -m calibrate.twin_study`` and ``servetwin twin-study``)."""
+    ap.add_argument("--out", default="out/twin")
+    ap.add_argument("--quick", action="store_true", help="one cell, 2 seeds, 40-second runs (about 25 minutes)")
+    ap.add_argument("--rate", type=float, default=None, help="skip the capacity search; use this DAG rate")
+    ap.add_argument("--no-realtime-client", action="store_true",
+                    help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "
+                         "the engines share its 2 CPUs)")
+    ap.add_argument("--repeat-of", action="append", default=[], metavar="DIR",
+                    help="another study folder with the same pinned cells: its live runs are held to the targets "
+                         "against this study's, in the simulator's place (repeatable)")
+
+
+def bad_repeat(a: argparse.Namespace) -> str | None:
+    """Why a --repeat-of folder cannot be used, or None."""
+    for rep in a.repeat_of:
+        if Path(rep).resolve() == Path(a.out).resolve():
+            return f"--repeat-of {rep}: that is the study itself (--out); give another study's folder"
+        if not (Path(rep) / "live").is_dir():
+            return (f"--repeat-of {rep}: no live/ folder there; give a study folder (the --out of an earlier "
+                    "study with the same pinned cells)")
+    return None
