@@ -35,7 +35,7 @@ ORDER = ("sglang-lpm", "sglang-lpm-c512", "vllm-nochunk", "vllm-c512", "sglang-f
 # The study's probe plan: leaner than ``servetwin calibrate probe``'s default — decode batches up to 16 (the
 # study's instances stream at most about 15 requests at once) and two recorded repeats. SGLang's CPU path
 # attends request by request, so its batch-32 decode probes were half its probe time; refitting three
-# recorded studies on their probes filtered to this plan met the same targets within ±2 cells of 45.
+# recorded studies on their probes filtered to this plan moved each one's per-engine counts by at most 2 of 15.
 STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,))
 # probes per configuration (directory under OUT/probes, plan): the plan on each engine's default
 # configuration, the shapes a chunk budget changes on its 512-token one (prefill steps are separated
