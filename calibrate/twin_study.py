@@ -10,16 +10,16 @@ resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 5
 ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its
 fitted simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile
 re-simulates the same live runs instead of starting a new study (delete the file for a new knee). Without
---quick: two rates and a sharing sweep, 3 seeds each, 45-second runs (about 50 minutes); with --quick: one
-rate, 2 seeds, 40-second runs (about 25 minutes). The profiles are fitted on probes, so every study seed is
-held out from the fit: each engine is probed in its default configuration (the full plan) and with its
-512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its runs
-(``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration trace
-(seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the fitted
-profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
+--quick: two rates and a sharing sweep, 3 seeds each, 45-second runs (about 43 minutes); with --quick: one
+rate, 2 seeds, 40-second runs (23 minutes before the leaner probe plan). The profiles are fitted on probes, so
+every study seed is held out from the fit: each engine is probed in its default configuration (``STUDY_PLAN``)
+and with its 512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its
+runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration
+trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
+fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
 ``OUT/profiles/<config>.yaml``. The report's targets use those profiles and repeat the counts with the
-probe-only ones. ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds that study's
-live runs to the same targets against this one's, in the simulator's place: how well the engines agree with
+probe-only ones. ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds that study's live
+runs to the same targets against this one's, in the simulator's place: how well the engines agree with
 themselves on this machine.
 
     python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
