@@ -118,7 +118,7 @@ def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Calla
         for r, s, seed, secs, dest in todo:
             trace = compile_trace(scenario_from_dict(scenario(r, s, secs, seed)))
             rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
-                           LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid), dest)
+                           LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid, cold_cache=True), dest)
             print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
     finally:
         eng.stop()

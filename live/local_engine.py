@@ -97,8 +97,9 @@ class VllmCpu:
                 "block_size": self.block_size}
 
     def env(self) -> dict[str, str]:
+        # dev mode: /reset_prefix_cache, so a run can start with an empty prefix cache (LiveOptions.cold_cache)
         return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
 
     def start(self, timeout_s: float = 600.0) -> VllmCpu:
         env = self.env()

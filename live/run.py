@@ -48,6 +48,30 @@ class LiveOptions:
     expected: dict[str, Any] | None = None
     health_timeout_s: float = 600.0
     engine_pid: int | None = None       # a local engine's process: its processes' CPU and waits are recorded
+    cold_cache: bool = False            # empty the engine's prefix cache after the warm-up (as the twin starts)
+
+
+# How each engine empties its prefix cache: vLLM (its server started with VLLM_SERVER_DEV_MODE=1), SGLang.
+CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")
+
+
+async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: str, headers: dict[str, str] | None = None) -> str:
+    """Empty the engine's prefix cache (nothing may be in flight): the endpoint that did it. A cache left
+    from an earlier run on the same instance would serve this run's repeated prompts as hits its twin,
+    which starts empty, does not have."""
+    tried = []
+    for path in CACHE_RESETS:
+        r = await client.post(endpoint.rstrip("/") + path, timeout=30.0, headers=headers or {})
+        if r.status_code == 404:
+            tried.append(f"{path}: 404")
+            continue
+        ok = r.status_code == 200 and (path != "/reset_prefix_cache" or bool(r.json().get("success")))
+        if ok:
+            return path
+        raise ServetwinError(f"{endpoint}{path}: the engine did not empty its prefix cache (HTTP {r.status_code}: "
+                             f"{r.text.strip()[:200]})")
+    raise ServetwinError(f"{endpoint}: no prefix-cache reset endpoint ({'; '.join(tried)}); vLLM exposes "
+                         "/reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, SGLang /flush_cache")
 
 
 async def wait_healthy(client: httpx.AsyncClient, endpoint: str, timeout_s: float) -> None:
@@ -156,6 +180,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
         warn = cc.mismatches(opts.expected or {}, resolved)
         replay = Replay(trace, cfg, sink, client)
         await replay.warmup()
+        flushed = await reset_prefix_cache(client, cfg.endpoint, cfg.headers()) if opts.cold_cache else None
         scraper = tm.Scraper(cfg.endpoint.rstrip("/") + "/metrics", opts.metrics_interval_s)
         stop = asyncio.Event()
         start_unix = time.time()
@@ -189,7 +214,8 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
                            "end_s": end_unix - start_unix, "start_unix": start_unix},
             "exclusion": {**default_exclusion(), "warmup_requests_discarded": cfg.warmup},
             "versions": _versions(), "endpoint": cfg.endpoint, "status": status,
-            "request_timeout_s": cfg.timeout_s, "host": host_state, "client": {"scheduling": client_scheduling()}}
+            "request_timeout_s": cfg.timeout_s, "host": host_state, "client": {"scheduling": client_scheduling()},
+            "prefix_cache_reset": flushed}
     rec = build_record(trace, read_jsonl(journal / "requests.jsonl"), meta, tel)
     write_run(rec, out)
     (out / "requests.jsonl").write_bytes((journal / "requests.jsonl").read_bytes())

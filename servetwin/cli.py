@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-log", default=None, help="engine start-up log to read the resolved configuration")
     p.add_argument("--engine-pid", type=int, default=None, metavar="PID",
                    help="a local engine's process: record its processes' CPU time and waits for a CPU in run.json")
+    p.add_argument("--cold-cache", action="store_true",
+                   help="empty the engine's prefix cache after the warm-up, as the simulated twin starts (vLLM: "
+                        "/reset_prefix_cache, its server started with VLLM_SERVER_DEV_MODE=1; SGLang: /flush_cache)")
     p.add_argument("--expect", nargs="*", default=[], metavar="K=V", help="resolved settings the run must have")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     p.add_argument("--chat", default=None, metavar="TOKENIZER_DIR",

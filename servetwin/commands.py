@@ -229,7 +229,7 @@ def cmd_live_run(a: argparse.Namespace) -> int:
         cfg.api, cfg.text_prompts = "chat", TextPrompts(trace, a.chat)
     opts = LiveOptions(engine_label=a.engine_label, metrics_interval_s=a.metrics_interval,
                        prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect),
-                       engine_pid=a.engine_pid)
+                       engine_pid=a.engine_pid, cold_cache=a.cold_cache)
     _client_priority(a)
     rec = run_live(trace, cfg, opts, a.out)
     for w in rec.meta["config_warnings"]:

@@ -86,7 +86,7 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
                         "--endpoint", engine.url, "--engine-label", "vllm-cpu-apc", "--out", str(out), "--warmup", "3",
                         "--prometheus", prometheus, "--engine-log", str(engine.log_path), "--metrics-interval", "1",
                         "--expect", "enable_prefix_caching=true", "block_size=16", "--realtime-client",
-                        "--engine-pid", str(engine.pid)],
+                        "--engine-pid", str(engine.pid), "--cold-cache"],
                        capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "block_size: expected 16, engine resolved 32" in r.stderr      # mismatch warned, not hidden
@@ -101,6 +101,7 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     procs = rec.meta["host"]["engine_processes"]             # the engine's own processes, accounted for
     worker = [v for k, v in procs.items() if k.startswith("VLLM::Worker")]
     assert worker and worker[0]["cpu_s"] > 0 and any(k.startswith("VLLM::EngineCor") for k in procs)
+    assert rec.meta["prefix_cache_reset"] == "/reset_prefix_cache"          # --cold-cache: emptied after warm-up
     tel = rec.meta["telemetry_summary"]
     assert tel["samples"] >= 5 and tel["prefix_hit_tokens"] > 0 and tel["kv_usage_peak"] >= 0   # from Prometheus
     m = run_metrics(rec)
@@ -192,8 +193,15 @@ def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_pat
         rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=2),
                        LiveOptions("sglang-lpm", engine_log=str(eng.log_path), expected=eng.expected()),
                        tmp_path / "live" / "sglang")
+        # the same trace's first seconds again, the radix cache emptied first: its first request hits nothing
+        again = run_live(small_trace(duration=11.0, seed=4), DispatchConfig(endpoint=eng.url, model="tiny-llama",
+                         warmup=2), LiveOptions("sglang-lpm", cold_cache=True), tmp_path / "again")
     finally:
         eng.stop()
+    first = again.requests.sort_values("send_s").iloc[0]
+    assert again.meta["prefix_cache_reset"] == "/flush_cache" and first["cached_tokens"] == 0
+    same = rec.requests.set_index("request_id").loc[int(first["request_id"])]
+    assert same["prompt_tokens"] == first["prompt_tokens"]                 # the request it repeats
     req = rec.requests
     assert req["ok"].all() and (req["cached_tokens"] > 0).sum() > len(req) // 2      # radix hits per request
     cfg = rec.meta["engine_config"]
