@@ -10,7 +10,7 @@ from pathlib import Path
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The study's options (``python -m calibrate.twin_study`` and ``servetwin twin-study``)."""
     ap.add_argument("--out", default="out/twin")
-    ap.add_argument("--quick", action="store_true", help="one cell, 2 seeds, 40-second runs (about 25 minutes)")
+    ap.add_argument("--quick", action="store_true", help="one cell, 2 seeds, 40-second runs")
     ap.add_argument("--rate", type=float, default=None, help="skip the capacity search; use this DAG rate")
     ap.add_argument("--no-realtime-client", action="store_true",
                     help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "

@@ -61,15 +61,17 @@ async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: str, headers: 
     which starts empty, does not have."""
     tried = []
     for path in CACHE_RESETS:
-        r = await client.post(endpoint.rstrip("/") + path, timeout=30.0, headers=headers or {})
-        if r.status_code == 404:
-            tried.append(f"{path}: 404")
-            continue
-        ok = r.status_code == 200 and (path != "/reset_prefix_cache" or bool(r.json().get("success")))
-        if ok:
-            return path
-        raise ServetwinError(f"{endpoint}{path}: the engine did not empty its prefix cache (HTTP {r.status_code}: "
-                             f"{r.text.strip()[:200]})")
+        for attempt in range(3):             # a block still held by a request just finished: try again
+            r = await client.post(endpoint.rstrip("/") + path, timeout=30.0, headers=headers or {})
+            if r.status_code == 404:
+                break
+            if r.status_code == 200 and (path != "/reset_prefix_cache" or bool(r.json().get("success"))):
+                return path
+            await asyncio.sleep(0.5 * (attempt + 1))
+        else:
+            raise ServetwinError(f"{endpoint}{path}: the engine did not empty its prefix cache (HTTP "
+                                 f"{r.status_code}: {r.text.strip()[:200]})")
+        tried.append(f"{path}: 404")
     raise ServetwinError(f"{endpoint}: no prefix-cache reset endpoint ({'; '.join(tried)}); vLLM exposes "
                          "/reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, SGLang /flush_cache")
 

@@ -138,3 +138,32 @@ def test_replay_keeps_records_when_the_server_fails(tmp_path: Path):
         for p in t.predecessors(i):
             done = by_id[int(p)]["last_token_s"] if by_id[int(p)]["ok"] else by_id[int(p)]["send_s"]
             assert by_id[i]["planned_s"] >= done
+
+
+def _reset(handler):  # type: ignore[no-untyped-def]
+    from live.run import reset_prefix_cache
+
+    async def go() -> str:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+            return await reset_prefix_cache(c, "http://engine", {"Authorization": "Bearer k"})
+    return asyncio.run(go())
+
+
+def test_prefix_cache_reset_retries_a_held_block_and_refuses_an_engine_without_one():
+    import pytest
+
+    from scenarios.errors import ServetwinError
+    calls: list[str] = []
+
+    def vllm_busy_once(req: httpx.Request) -> httpx.Response:
+        calls.append(req.url.path)
+        assert req.headers["authorization"] == "Bearer k"              # the key goes with it
+        return httpx.Response(200, json={"success": len(calls) > 1})   # a block still held, then free
+    assert _reset(vllm_busy_once) == "/reset_prefix_cache" and len(calls) == 2
+    assert _reset(lambda req: httpx.Response(404) if req.url.path == "/reset_prefix_cache"
+                  else httpx.Response(200, text="Cache flushed.")) == "/flush_cache"       # SGLang
+    with pytest.raises(ServetwinError, match="no prefix-cache reset endpoint.*VLLM_SERVER_DEV_MODE"):
+        _reset(lambda req: httpx.Response(404))                        # vLLM without dev mode
+    with pytest.raises(ServetwinError, match="did not empty its prefix cache.*HTTP 400"):
+        _reset(lambda req: httpx.Response(404) if req.url.path == "/reset_prefix_cache"
+               else httpx.Response(400, text="requests in flight"))
