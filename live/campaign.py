@@ -66,6 +66,7 @@ class Campaign(_F):
     timeout_s: float = 300.0
     scenario: str | None = None
     seeds: tuple[int, ...] = (1, 2, 3)
+    cold_cache: bool = False            # empty each engine's prefix cache before every run (docs/live.md)
     configs: tuple[RunConfig, ...] = Field(min_length=1)
 
 
@@ -138,7 +139,7 @@ def _attempts(c: Campaign, rc: RunConfig, sc: Any, endpoint: str, expect: dict[s
         cfg = DispatchConfig(endpoint=endpoint, model=rc.model, warmup=c.warmup, timeout_s=c.timeout_s,
                              stall_s=c.timeout_s)
         opts = LiveOptions(engine_label=rc.label, engine_log=str(engine_log) if engine_log else None,
-                           expected=expect, engine_pid=engine_pid)
+                           expected=expect, engine_pid=engine_pid, cold_cache=c.cold_cache)
         rec = run_live(trace, cfg, opts, dest)
         if rec.meta["passed"]:
             log(f"{rc.label} seed {sc.seed}: passed")

@@ -65,7 +65,7 @@ async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: str, headers: 
             r = await client.post(endpoint.rstrip("/") + path, timeout=30.0, headers=headers or {})
             if r.status_code == 404:
                 break
-            if r.status_code == 200 and (path != "/reset_prefix_cache" or bool(r.json().get("success"))):
+            if _emptied(r):
                 return path
             await asyncio.sleep(0.5 * (attempt + 1))
         else:
@@ -74,6 +74,17 @@ async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: str, headers: 
         tried.append(f"{path}: 404")
     raise ServetwinError(f"{endpoint}: no prefix-cache reset endpoint ({'; '.join(tried)}); vLLM exposes "
                          "/reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, SGLang /flush_cache")
+
+
+def _emptied(r: httpx.Response) -> bool:
+    """HTTP 200, and not vLLM's ``{"success": false}`` (a block still held); SGLang answers in plain text."""
+    if r.status_code != 200:
+        return False
+    try:
+        body = r.json()
+    except ValueError:
+        return True
+    return not isinstance(body, dict) or bool(body.get("success", True))
 
 
 async def wait_healthy(client: httpx.AsyncClient, endpoint: str, timeout_s: float) -> None:

@@ -31,5 +31,9 @@ def test_retry_keep_failed_then_resume(tmp_path: Path):
         before = srv.completions
         status = run_campaign(load_campaign(camp), out, log=lambda s: None)
         assert set(status.values()) == {"skipped"} and srv.completions == before
+        assert read_run(out / "fake" / "seed-1").meta["prefix_cache_reset"] is None     # not asked for
+        camp.write_text(camp.read_text() + "cold_cache: true\n")
+        run_campaign(load_campaign(camp), tmp_path / "cold", log=lambda s: None)
+        assert read_run(tmp_path / "cold" / "fake" / "seed-2").meta["prefix_cache_reset"] == "/reset_prefix_cache"
     finally:
         srv.stop()
