@@ -41,7 +41,7 @@ from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare, gap_comparison, side_by_side
 from calibrate.compare import decomposition as phi_table
-from calibrate.decode_load import measure, scale_profile
+from calibrate.decode_load import scale_profile
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import add_arguments, bad_repeat
 from calibrate.twin_live import (
@@ -57,12 +57,14 @@ from calibrate.twin_live import (
     run_engines,
     scenario,
 )
+from calibrate.twin_own_scale import RunScale, measure_runs, own_scale_sides, spread
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
 
+OWN_SCALE_COLUMN = "met with each run's own decode scale (diagnostic, not held out)"
 PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
          "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
 
@@ -71,36 +73,38 @@ def family_profile(out: Path, label: str) -> Path:
     return out / "profiles" / f"cpu-{CONFIGS[label][0]}.yaml"
 
 
-def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame]:
+def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, list[RunScale]]:
     """Each configuration's profile: its family's probe fit with the decode_scale its instance's
-    calibration trace measured (the probe fit alone where no calibration run exists)."""
-    profiles, rows = {}, []
+    calibration trace measured (the probe fit alone where no calibration run exists); the table of those
+    scales; and every study run with its own scale (a diagnostic, ``calibrate.twin_own_scale``)."""
+    profiles, rows, runs = {}, [], []
     for label in CONFIGS:
         cal, fitted = calibration_dir(out, label), family_profile(out, label)
         profiles[label] = fitted
         if (cal / "run.json").is_file():
             dest = out / "profiles" / f"{label}.yaml"
             found, _, profiles[label] = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
+            mine = measure_runs(out, label, fitted)
+            runs += mine
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
-                         "study_runs (not used)": study_run_spread(out, label, fitted)})
-    return profiles, pd.DataFrame(rows)
+                         "study_runs (not used)": spread(mine)})
+    return profiles, pd.DataFrame(rows), runs
 
 
-def study_run_spread(out: Path, label: str, fitted: Path) -> str:
-    """The same measure on each of the configuration's study runs, as a diagnostic of how steady the
-    instance's decode speed was over the study: min–max (median). None of it enters a profile."""
-    runs = [p for p in find_runs([out / "live"]) if p.parent.name == label]
-    got = []
-    for run in runs:
-        try:
-            got.append(measure(run, str(fitted), "tiny-llama").scale)
-        except ServetwinError:
-            continue
-    if not got:
-        return "—"
-    return f"{min(got):.2f}–{max(got):.2f} ({float(pd.Series(got).median()):.2f}, {len(got)} runs)"
+def own_scale_counts(out: Path, conditions: list[tuple[float, float]], runs: list[RunScale]) -> pd.Series:
+    """Targets met when every run's twin is scaled by the run's own decode speed (not a prediction)."""
+    checks = []
+    for cond in [cell(r, s) for r, s in conditions]:
+        mine = [r for r in runs if r.path.parent.parent.name == cond]
+        by_label: dict[str, list[RunScale]] = {}
+        for r in mine:
+            by_label.setdefault(r.live.meta["engine"], []).append(r)
+        sides = [own_scale_sides(out, rs, family_profile(out, label)) for label, rs in by_label.items()]
+        if sides:
+            checks.append(target_checks(cond, *study_tables(pd.concat(sides, ignore_index=True))))
+    return met_counts(pd.concat(checks, ignore_index=True))["met"] if checks else pd.Series(dtype=int)
 
 
 def known_cells(out: Path, rate: float | None) -> Cells | None:
@@ -224,7 +228,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
     counts and, for each repeat study given, the counts its live runs reach against this study's), then
     per cell the client, keeps-pace, per-configuration, gap and φ tables."""
-    profiles, scales = calibrate_instances(out)
+    profiles, scales, runs = calibrate_instances(out)
     parts: list[str] = []
     checks: list[pd.DataFrame] = []
     for cond in [cell(r, s) for r, s in conditions]:
@@ -244,6 +248,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             plain = pd.concat([cell_tables(out, cell(r, s), probe_only, out / "sim-probe-only", figures=False)[1]
                                for r, s in conditions], ignore_index=True)
             by["met with probe-only profiles"] = met_counts(plain)["met"].reindex(by.index)
+            by[OWN_SCALE_COLUMN] = own_scale_counts(out, conditions, runs).reindex(by.index)
         rep_parts = []
         for rep in repeats or []:
             got = pd.concat([repeat_checks(out, rep, cell(r, s)) for r, s in conditions], ignore_index=True)

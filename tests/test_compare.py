@@ -199,10 +199,11 @@ def test_twin_study_target_checks():
     assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]
 
 
-def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0) -> None:
+def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None) -> None:
     """A study folder whose "live" runs are simulations with the cpu-base profiles (their decode steps
-    scaled by ``decode_scale``): calibration traces (seed 0) and seeds 1–2 of one cell, every
-    configuration; ``profiles/`` holds the unscaled profiles the report fits against."""
+    scaled by ``decode_scale``; the study seeds' by ``drift`` where given, as an instance that slows after
+    its calibration): calibration traces (seed 0) and seeds 1–2 of one cell, every configuration;
+    ``profiles/`` holds the unscaled profiles the report fits against."""
     import shutil
 
     import yaml
@@ -213,12 +214,16 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0) -
     base = load_hardware("cpu-base").path
     for fam in ("vllm", "sglang"):
         shutil.copy(base, root / "profiles" / f"cpu-{fam}.yaml")
-    doc = yaml.safe_load(Path(base).read_text())
-    for ovh in doc["cost"]["overheads"].values():
-        ovh["decode_scale"] = {"value": decode_scale, "basis": "assumed", "source": "test"}
-    served = root / "served.yaml"
-    served.write_text(yaml.safe_dump(doc, sort_keys=False))
+    served_by_seed = {}
     for seed in (0, 1, 2):                  # seed 0: each instance's calibration trace
+        doc = yaml.safe_load(Path(base).read_text())
+        for ovh in doc["cost"]["overheads"].values():
+            scale = decode_scale if seed == 0 or drift is None else drift
+            ovh["decode_scale"] = {"value": scale, "basis": "assumed", "source": "test"}
+        served_by_seed[seed] = root / f"served-{seed}.yaml"
+        served_by_seed[seed].write_text(yaml.safe_dump(doc, sort_keys=False))
+    for seed in (0, 1, 2):
+        served = served_by_seed[seed]
         trace = compile_trace(scenario_from_dict(scenario(0.4, 0.9, duration, seed)))
         for label, (kind, opts) in CONFIGS.items():
             if kind == "vllm":
@@ -251,6 +256,22 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
+
+
+def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_path: Path):
+    """An instance that decodes 1.6× slower in its study runs than in its calibration trace: the held-out
+    twins (scaled by the calibration) miss per-engine E2E in every configuration, the diagnostic twins
+    scaled by each run's own decode speed meet it, and the spread of those scales says 1.6."""
+    from calibrate.twin_study import OWN_SCALE_COLUMN, summarise
+    _fake_study(tmp_path, drift=1.6)
+    report = summarise(tmp_path, [(0.4, 0.9)])
+    head = report.split("\n\n")[1].splitlines()
+    cols = [c.strip() for c in head[0].split("|")]
+    e2e = [c.strip() for c in next(line for line in head if line.startswith("| engine e2e_p50 |")).split("|")]
+    assert e2e[cols.index("met")] == "0" and e2e[cols.index(OWN_SCALE_COLUMN)] == "5"
+    assert "1.60–1.60 (1.60, 2 runs)" in report.split("## Decode scale")[1]
+    assert len(list((tmp_path / "sim-own-scale").rglob("run.json"))) == 10
+    assert len(list((tmp_path / "profiles" / "own-scale").rglob("seed-*.yaml"))) == 10
 
 
 def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path: Path):
