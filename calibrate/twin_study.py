@@ -18,9 +18,10 @@ runs (``calibrate.twin_live``: one instance per configuration). Each engine inst
 trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
 fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
 ``OUT/profiles/<config>.yaml``. The report's targets use those profiles and repeat the counts with the
-probe-only ones. ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds that study's live
-runs to the same targets against this one's, in the simulator's place: how well the engines agree with
-themselves on this machine.
+probe-only ones and, as a diagnostic, with every run's twin scaled by that run's own decode speed
+(``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds
+that study's live runs to the same targets against this one's, in the simulator's place: how well the
+engines agree with themselves on this machine.
 
     python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
 """
@@ -32,7 +33,6 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -58,6 +58,7 @@ from calibrate.twin_live import (
     scenario,
 )
 from calibrate.twin_own_scale import RunScale, measure_runs, own_scale_sides, spread
+from calibrate.twin_tables import client_table, keeps_pace_table
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
 from scenarios.errors import ServetwinError
@@ -302,42 +303,6 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
                      "measured": r["measured"], "simulated": r["simulated"], "error": r["rel_error"],
                      "met": abs(float(r["rel_error"])) <= ENGINE_TOLERANCE})
     return pd.DataFrame(rows)
-
-
-def client_table(lives: list[Any]) -> pd.DataFrame:
-    """Per configuration: the client's scheduling and its worst dispatch lag over the seeds."""
-    def lag_ms(r: Any, q: str) -> float:
-        return 1000 * float((r.meta.get("dispatch_lag_s") or {}).get(q, float("nan")))   # nan: not recorded
-
-    rows = [{"config": r.meta["engine"], "client": (r.meta.get("client") or {}).get("scheduling", "not recorded"),
-             "lag_p99_ms": lag_ms(r, "p99"), "lag_max_ms": lag_ms(r, "max"), **busiest_process(r)} for r in lives]
-    if not rows:
-        return pd.DataFrame()
-    t = pd.DataFrame(rows).groupby("config").agg(client=("client", "first"), worst_lag_p99_ms=("lag_p99_ms", "max"),
-                                                 worst_lag_max_ms=("lag_max_ms", "max"), process=("process", "first"),
-                                                 cpu=("cpu", "mean"), waited=("waited", "mean")).reset_index()
-    t["engine_busiest_process"] = [f"{p}: {c:.2f} CPU, waited {w:.0%}" if isinstance(p, str) else "—"
-                                   for p, c, w in zip(t["process"], t["cpu"], t["waited"], strict=True)]
-    return t.drop(columns=["process", "cpu", "waited"])
-
-
-def busiest_process(r: Any) -> dict[str, Any]:
-    """The engine process that ran most during a run (the forward, on these engines): its name, CPUs used
-    and share of the run its threads waited for a CPU; nothing where the run did not account for them."""
-    procs = (r.meta.get("host") or {}).get("engine_processes") or {}
-    if not procs:
-        return {"process": None, "cpu": float("nan"), "waited": float("nan")}
-    name, v = max(procs.items(), key=lambda kv: kv[1]["cpu_s"])
-    return {"process": name.rsplit(" ", 1)[0], "cpu": v["cpu_share"], "waited": v["wait_share"]}
-
-
-def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration: mean pace and the share of seeds keeping pace, measured and simulated."""
-    p = sbs[sbs["metric"] == "pace"]
-    return p.groupby("config").agg(
-        seeds=("seed", "nunique"), measured_pace=("measured", "mean"), simulated_pace=("simulated", "mean"),
-        measured_keeps=("measured", lambda x: float((x >= KEEPS_PACE).mean())),
-        simulated_keeps=("simulated", lambda x: float((x >= KEEPS_PACE).mean()))).reset_index()
 
 
 def main(argv: list[str] | None = None) -> int:

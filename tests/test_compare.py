@@ -172,7 +172,7 @@ def test_twin_takes_the_live_runs_resolved_settings():
 
 
 def test_twin_study_keeps_pace_table():
-    from calibrate.twin_study import keeps_pace_table
+    from calibrate.twin_tables import keeps_pace_table
     sbs = pd.DataFrame({"config": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2], "metric": ["pace"] * 4,
                         "measured": [0.99, 0.90, 1.0, 1.0], "simulated": [0.98, 0.98, 0.5, 1.0]})
     t = keeps_pace_table(sbs).set_index("config")
@@ -376,7 +376,7 @@ def test_twin_study_client_table_names_each_engines_busiest_process():
     averaged over seeds; a configuration whose runs did not account for processes says so with "—"."""
     from types import SimpleNamespace
 
-    from calibrate.twin_study import client_table
+    from calibrate.twin_tables import client_table
 
     def run(cfg: str, procs: dict | None) -> SimpleNamespace:
         return SimpleNamespace(meta={"engine": cfg, "client": {"scheduling": "fifo"},

@@ -1,0 +1,46 @@
+"""The twin study's per-cell report tables that describe the runs themselves: the client and the
+engine's busiest process, and keeps-pace (``calibrate.twin_study`` assembles the report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from analysis.metrics import KEEPS_PACE
+
+
+def client_table(lives: list[Any]) -> pd.DataFrame:
+    """Per configuration: the client's scheduling and its worst dispatch lag over the seeds."""
+    def lag_ms(r: Any, q: str) -> float:
+        return 1000 * float((r.meta.get("dispatch_lag_s") or {}).get(q, float("nan")))   # nan: not recorded
+
+    rows = [{"config": r.meta["engine"], "client": (r.meta.get("client") or {}).get("scheduling", "not recorded"),
+             "lag_p99_ms": lag_ms(r, "p99"), "lag_max_ms": lag_ms(r, "max"), **busiest_process(r)} for r in lives]
+    if not rows:
+        return pd.DataFrame()
+    t = pd.DataFrame(rows).groupby("config").agg(client=("client", "first"), worst_lag_p99_ms=("lag_p99_ms", "max"),
+                                                 worst_lag_max_ms=("lag_max_ms", "max"), process=("process", "first"),
+                                                 cpu=("cpu", "mean"), waited=("waited", "mean")).reset_index()
+    t["engine_busiest_process"] = [f"{p}: {c:.2f} CPU, waited {w:.0%}" if isinstance(p, str) else "—"
+                                   for p, c, w in zip(t["process"], t["cpu"], t["waited"], strict=True)]
+    return t.drop(columns=["process", "cpu", "waited"])
+
+
+def busiest_process(r: Any) -> dict[str, Any]:
+    """The engine process that ran most during a run (the forward, on these engines): its name, CPUs used
+    and share of the run its threads waited for a CPU; nothing where the run did not account for them."""
+    procs = (r.meta.get("host") or {}).get("engine_processes") or {}
+    if not procs:
+        return {"process": None, "cpu": float("nan"), "waited": float("nan")}
+    name, v = max(procs.items(), key=lambda kv: kv[1]["cpu_s"])
+    return {"process": name.rsplit(" ", 1)[0], "cpu": v["cpu_share"], "waited": v["wait_share"]}
+
+
+def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration: mean pace and the share of seeds keeping pace, measured and simulated."""
+    p = sbs[sbs["metric"] == "pace"]
+    return p.groupby("config").agg(
+        seeds=("seed", "nunique"), measured_pace=("measured", "mean"), simulated_pace=("simulated", "mean"),
+        measured_keeps=("measured", lambda x: float((x >= KEEPS_PACE).mean())),
+        simulated_keeps=("simulated", lambda x: float((x >= KEEPS_PACE).mean()))).reset_index()
