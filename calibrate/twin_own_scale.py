@@ -28,6 +28,7 @@ MODEL = "tiny-llama"
 class RunScale:
     path: Path                         # the live run's folder: OUT/live/<cell>/<config>/seed-N
     live: RunRecord
+    fitted: Path                       # its engine family's probe-fitted profile (unscaled)
     scale: DecodeScale | None          # None: too few decode gaps in the run to measure one
 
 
@@ -39,9 +40,9 @@ def measure_runs(out: Path, label: str, fitted: Path) -> list[RunScale]:
             continue
         live = read_run(path)
         try:
-            got.append(RunScale(Path(path), live, measure(live, str(fitted), MODEL)))
+            got.append(RunScale(Path(path), live, fitted, measure(live, str(fitted), MODEL)))
         except ServetwinError:
-            got.append(RunScale(Path(path), live, None))
+            got.append(RunScale(Path(path), live, fitted, None))
     return got
 
 
@@ -53,17 +54,17 @@ def spread(runs: list[RunScale]) -> str:
     return f"{min(got):.2f}–{max(got):.2f} ({float(pd.Series(got).median()):.2f}, {len(got)} runs)"
 
 
-def own_scale_sides(out: Path, runs: list[RunScale], fitted: Path) -> pd.DataFrame:
+def own_scale_sides(out: Path, runs: list[RunScale]) -> pd.DataFrame:
     """Side-by-side rows of every run against its own-scale twin (written under OUT/sim-own-scale; the
     profiles under OUT/profiles/own-scale). A run without a measurable scale keeps the unscaled fit."""
     pairs = []
     for r in runs:
         live = r.live
         cond, seed = r.path.parent.parent.name, r.path.name
-        profile = str(fitted)
+        profile = str(r.fitted)
         if r.scale is not None:
             dest = out / "profiles" / "own-scale" / cond / live.meta["engine"] / f"{seed}.yaml"
-            profile = str(write_scaled(fitted, dest, overhead_family(live), r.scale, str(r.path.relative_to(out))))
+            profile = str(write_scaled(r.fitted, dest, overhead_family(live), r.scale, str(r.path.relative_to(out))))
         sim = twin(live, profile, MODEL)
         write_run(sim, twin_dir(out / "sim-own-scale" / cond, live))
         pairs.append((live, sim))

@@ -98,13 +98,9 @@ def own_scale_counts(out: Path, conditions: list[tuple[float, float]], runs: lis
     """Targets met when every run's twin is scaled by the run's own decode speed (not a prediction)."""
     checks = []
     for cond in [cell(r, s) for r, s in conditions]:
-        mine = [r for r in runs if r.path.parent.parent.name == cond]
-        by_label: dict[str, list[RunScale]] = {}
-        for r in mine:
-            by_label.setdefault(r.live.meta["engine"], []).append(r)
-        sides = [own_scale_sides(out, rs, family_profile(out, label)) for label, rs in by_label.items()]
-        if sides:
-            checks.append(target_checks(cond, *study_tables(pd.concat(sides, ignore_index=True))))
+        sides = own_scale_sides(out, [r for r in runs if r.path.parent.parent.name == cond])
+        if not sides.empty:
+            checks.append(target_checks(cond, *study_tables(sides)))
     return met_counts(pd.concat(checks, ignore_index=True))["met"] if checks else pd.Series(dtype=int)
 
 
