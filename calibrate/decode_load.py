@@ -7,12 +7,15 @@ and two instances of one vLLM configuration decode a lone request at 1.25 and 1.
 shows in a probe fit. The measurement:
 every gap between two streamed tokens of a request during which no other request's prefill finished
 (no first token inside it) is one or more decode steps; grouped by the number of requests streaming at
-its midpoint, the live run's median gap is divided by its simulated twin's (the same trace, the
-unscaled profile) at the same count, and the ratios are averaged (geometric mean, weighted by the live
-gaps in each group). The twin's gaps carry the profile's own decode steps at the trace's real contexts
-and sharing, so the ratio is the instance's decode speed relative to the profile, not to a probe shape.
+its midpoint, the live run's mean gap is divided by its simulated twin's (the same trace, the unscaled
+profile) at the same count, and the ratios are averaged (geometric mean, weighted by the live gaps in
+each group). The mean, because a request's decode time is the sum of its gaps: live gaps have a longer
+tail than the twin's, and a scale of medians leaves that tail out of every E2E. ``--statistic median``
+compares typical gaps instead (TPOT p50 rather than E2E). The twin's gaps carry the profile's own decode
+steps at the trace's real contexts and sharing, so the ratio is the instance's decode speed relative to
+the profile, not to a probe shape.
 
-    python -m calibrate.decode_load LIVE_RUN --hardware PROFILE --out PROFILE_OUT [--model tiny-llama]
+    python -m calibrate.decode_load LIVE_RUN --hardware PROFILE --out PROFILE_OUT [--statistic mean|median]
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ from simulator.presets import PRESETS
 from simulator.profiles import load_hardware
 
 MIN_GAPS = 20            # per streaming count, on each side, for its ratio to count
+STATISTICS = ("mean", "median")     # how a streaming count's gaps are summarised on each side
 
 
 @dataclass
 class DecodeScale:
     scale: float
     gaps: int                      # live decode gaps that entered the ratio
-    by_streams: pd.DataFrame       # streaming, live_gaps, live_median_s, twin_gaps, twin_median_s, ratio
+    by_streams: pd.DataFrame       # streaming, live_gaps, live_<statistic>_s, twin_gaps, twin_<statistic>_s, ratio
+    statistic: str = "mean"
 
 
 def decode_gaps(rec: RunRecord) -> pd.DataFrame:
@@ -49,22 +54,25 @@ def decode_gaps(rec: RunRecord) -> pd.DataFrame:
     return g[(g["prefills_inside"] == 0) & (g["streaming"] >= 1)]
 
 
-def decode_scale(live: RunRecord, sim: RunRecord, min_gaps: int = MIN_GAPS) -> DecodeScale:
+def decode_scale(live: RunRecord, sim: RunRecord, min_gaps: int = MIN_GAPS, statistic: str = "mean") -> DecodeScale:
     """The live run's decode gaps over its twin's, by streaming count (see the module's docstring)."""
-    lv = decode_gaps(live).groupby("streaming")["gap_s"].agg(["count", "median"])
-    sm = decode_gaps(sim).groupby("streaming")["gap_s"].agg(["count", "median"])
+    if statistic not in STATISTICS:
+        raise ServetwinError(f"decode scale: statistic {statistic!r} unknown; accepted: {', '.join(STATISTICS)}")
+    lv = decode_gaps(live).groupby("streaming")["gap_s"].agg(["count", statistic])
+    sm = decode_gaps(sim).groupby("streaming")["gap_s"].agg(["count", statistic])
     j = lv.add_suffix("_live").join(sm.add_suffix("_twin"), how="inner")
     j = j[(j["count_live"] >= min_gaps) & (j["count_twin"] >= min_gaps)]
     if j.empty:
         raise ServetwinError(f"{live.path}: no streaming count with {min_gaps}+ decode gaps in both the run and "
                              "its twin; a calibration trace needs concurrent streams (a longer run or a higher rate)")
-    ratio = j["median_live"] / j["median_twin"]
+    ratio = j[f"{statistic}_live"] / j[f"{statistic}_twin"]
     w = j["count_live"] / j["count_live"].sum()
     scale = math.exp(float((w * ratio.map(math.log)).sum()))
     table = pd.DataFrame({"streaming": j.index, "live_gaps": j["count_live"].to_numpy(),
-                          "live_median_s": j["median_live"].to_numpy(), "twin_gaps": j["count_twin"].to_numpy(),
-                          "twin_median_s": j["median_twin"].to_numpy(), "ratio": ratio.to_numpy()})
-    return DecodeScale(scale, int(j["count_live"].sum()), table)
+                          f"live_{statistic}_s": j[f"{statistic}_live"].to_numpy(),
+                          "twin_gaps": j["count_twin"].to_numpy(),
+                          f"twin_{statistic}_s": j[f"{statistic}_twin"].to_numpy(), "ratio": ratio.to_numpy()})
+    return DecodeScale(scale, int(j["count_live"].sum()), table, statistic)
 
 
 def overhead_family(live: RunRecord) -> str:
@@ -73,22 +81,22 @@ def overhead_family(live: RunRecord) -> str:
     return str(PRESETS[preset][0].model_fields["family"].default)
 
 
-def measure(live_run: str | Path | RunRecord, hardware: str, model: str) -> DecodeScale:
+def measure(live_run: str | Path | RunRecord, hardware: str, model: str, statistic: str = "mean") -> DecodeScale:
     """The decode scale of the instance that served ``live_run``, against ``hardware``."""
     live = live_run if isinstance(live_run, RunRecord) else read_run(live_run)
     if live.meta.get("source") != "live":
         raise ServetwinError(f"{live.path}: not a live run (source {live.meta.get('source')!r})")
     if live.chunks is None:
         raise ServetwinError(f"{live.path}: no per-token times (chunks.parquet) to measure decode gaps from")
-    return decode_scale(live, twin(live, hardware, model, record_tokens=True))
+    return decode_scale(live, twin(live, hardware, model, record_tokens=True), statistic=statistic)
 
 
 def scale_profile(live_run: str | Path, hardware: str, model: str, out: str | Path,
-                  source: str | None = None) -> tuple[DecodeScale, str, Path]:
+                  source: str | None = None, statistic: str = "mean") -> tuple[DecodeScale, str, Path]:
     """Measure the run's decode scale and write ``hardware`` with it for the run's engine family:
     (what was found, that family, the profile written)."""
     live = read_run(live_run)
-    found = measure(live, hardware, model)
+    found = measure(live, hardware, model, statistic)
     family = overhead_family(live)
     dest = write_scaled(load_hardware(hardware).path, out, family, found, source or str(live_run))
     return found, family, dest
@@ -101,7 +109,8 @@ def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found:
     if family not in ovh:
         raise ServetwinError(f"{hardware_yaml}: no overheads for engine family {family!r}; it has {sorted(ovh)}")
     ovh[family]["decode_scale"] = {"value": round(found.scale, 4), "basis": "measured",
-                                   "source": f"{source}: live / twin decode gaps over {found.gaps} gaps"}
+                                   "source": f"{source}: live / twin decode gaps ({found.statistic}) "
+                                             f"over {found.gaps} gaps"}
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -114,14 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hardware", required=True, help="the fitted profile, name or YAML (its decode_scale is replaced)")
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--out", required=True, help="where to write the profile with the measured decode_scale")
+    ap.add_argument("--statistic", default="mean", choices=STATISTICS, help="summary of each count's gaps")
     a = ap.parse_args(argv)
-    return run(a.live_run, a.hardware, a.model, a.out)
+    return run(a.live_run, a.hardware, a.model, a.out, a.statistic)
 
 
-def run(live_run: str, hardware: str, model: str, out: str) -> int:
-    found, family, dest = scale_profile(live_run, hardware, model, out)
+def run(live_run: str, hardware: str, model: str, out: str, statistic: str = "mean") -> int:
+    found, family, dest = scale_profile(live_run, hardware, model, out, statistic=statistic)
     print(to_markdown(found.by_streams))
-    print(f"decode_scale {found.scale:.3f} ({family}, {found.gaps} live decode gaps) → {dest}")
+    print(f"decode_scale {found.scale:.3f} ({family}, {statistic} of {found.gaps} live decode gaps) → {dest}")
     return 0
 
 

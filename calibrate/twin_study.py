@@ -57,7 +57,7 @@ from calibrate.twin_live import (
     run_engines,
     scenario,
 )
-from calibrate.twin_own_scale import RunScale, measure_runs, own_scale_sides, spread
+from calibrate.twin_own_scale import RunScale, measure_runs, own_scale_sides, spread, tracking
 from calibrate.twin_tables import client_table, keeps_pace_table
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
@@ -66,6 +66,7 @@ from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
 
 OWN_SCALE_COLUMN = "met with each run's own decode scale (diagnostic, not held out)"
+TRACKING_COLUMN = "met by a tracking twin (decode scale of the run its instance served before; held out)"
 PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
          "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
 
@@ -74,11 +75,16 @@ def family_profile(out: Path, label: str) -> Path:
     return out / "profiles" / f"cpu-{CONFIGS[label][0]}.yaml"
 
 
-def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, list[RunScale]]:
+Scaled = dict[str, list[RunScale]]
+
+
+def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
     """Each configuration's profile: its family's probe fit with the decode_scale its instance's
     calibration trace measured (the probe fit alone where no calibration run exists); the table of those
-    scales; and every study run with its own scale (a diagnostic, ``calibrate.twin_own_scale``)."""
-    profiles, rows, runs = {}, [], []
+    scales; and every study run with its own scale (``own-scale``, a diagnostic) and with the scale of the
+    run its instance served before it (``tracking``; ``calibrate.twin_own_scale``)."""
+    profiles, rows = {}, []
+    runs: Scaled = {"own-scale": [], "tracking": []}
     for label in CONFIGS:
         cal, fitted = calibration_dir(out, label), family_profile(out, label)
         profiles[label] = fitted
@@ -86,7 +92,8 @@ def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, list[
             dest = out / "profiles" / f"{label}.yaml"
             found, _, profiles[label] = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
             mine = measure_runs(out, label, fitted)
-            runs += mine
+            runs["own-scale"] += mine
+            runs["tracking"] += tracking(RunScale(cal, read_run(cal), fitted, found), mine)
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
@@ -94,14 +101,15 @@ def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, list[
     return profiles, pd.DataFrame(rows), runs
 
 
-def own_scale_counts(out: Path, conditions: list[tuple[float, float]], runs: list[RunScale]) -> pd.Series:
-    """Targets met when every run's twin is scaled by the run's own decode speed (not a prediction)."""
+def scaled_checks(out: Path, conditions: list[tuple[float, float]], runs: list[RunScale], kind: str) -> pd.DataFrame:
+    """The targets, cell by cell, when every run's twin is scaled by the decode speed each run carries:
+    its own (``own-scale``, not a prediction) or its predecessor's (``tracking``)."""
     checks = []
     for cond in [cell(r, s) for r, s in conditions]:
-        sides = own_scale_sides(out, [r for r in runs if r.path.parent.parent.name == cond])
+        sides = own_scale_sides(out, [r for r in runs if r.path.parent.parent.name == cond], kind)
         if not sides.empty:
             checks.append(target_checks(cond, *study_tables(sides)))
-    return met_counts(pd.concat(checks, ignore_index=True))["met"] if checks else pd.Series(dtype=int)
+    return pd.concat(checks, ignore_index=True) if checks else pd.DataFrame(columns=["target", "met"])
 
 
 def known_cells(out: Path, rate: float | None) -> Cells | None:
@@ -239,13 +247,20 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             "profiles fitted on probes only: every study seed is held out")
     head = [f"## Targets ({what})\n"]
     if not table.empty:
-        by = met_counts(table)
+        by, tracking_part = met_counts(table), []
         if calibrated:
             probe_only = {label: family_profile(out, label) for label in CONFIGS}
             plain = pd.concat([cell_tables(out, cell(r, s), probe_only, out / "sim-probe-only", figures=False)[1]
                                for r, s in conditions], ignore_index=True)
             by["met with probe-only profiles"] = met_counts(plain)["met"].reindex(by.index)
-            by[OWN_SCALE_COLUMN] = own_scale_counts(out, conditions, runs).reindex(by.index)
+            tracked = scaled_checks(out, conditions, runs["tracking"], "tracking")
+            by[TRACKING_COLUMN] = met_counts(tracked)["met"].reindex(by.index)
+            by[OWN_SCALE_COLUMN] = met_counts(scaled_checks(out, conditions, runs["own-scale"], "own-scale"))[
+                "met"].reindex(by.index)
+            tracking_part = ["## The tracking twin's per-engine checks (each run's decode steps scaled by the run "
+                             "its instance served before it; the first by the calibration trace)\n",
+                             to_markdown(tracked[tracked["target"].str.startswith("engine")].drop(
+                                 columns=["same_side", "in_measured_ci"], errors="ignore")), ""]
         rep_parts = []
         for rep in repeats or []:
             got = pd.concat([repeat_checks(out, rep, cell(r, s)) for r, s in conditions], ignore_index=True)
@@ -257,7 +272,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
                           "engine instances, in the simulator's place)\n",
                           to_markdown(got.rename(columns={"measured": "this_study", "simulated": "repeat",
                                                           "in_measured_ci": "repeat_in_this_ci"})), ""]
-        head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + rep_parts
+        head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + tracking_part + rep_parts
     if calibrated:
         head += [f"## Decode scale per engine instance (calibration trace: first cell, seed {CALIBRATION_SEED}, "
                  f"{CALIBRATION_S:g} s; live / twin median decode gap by streaming count)\n",

@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", required=True, help="the fitted profile (name or YAML)")
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--out", required=True, help="profile YAML to write")
+    p.add_argument("--statistic", default="mean", choices=["mean", "median"],
+                   help="each streaming count's gaps summarised by (default mean: E2E is a sum of gaps)")
     p.set_defaults(fn=c.cmd_calibrate_decode_scale)
 
     p = sub.add_parser("compare", help="simulate every live run's trace with its resolved configuration; "

@@ -283,7 +283,7 @@ def cmd_calibrate_fit(a: argparse.Namespace) -> int:
 
 def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
     from calibrate.decode_load import run
-    return run(a.live_run, a.hardware, a.model, a.out)
+    return run(a.live_run, a.hardware, a.model, a.out, a.statistic)
 
 
 def cmd_twin_study(a: argparse.Namespace) -> int:

@@ -236,6 +236,7 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
                 rec = simulate(trace, "sglang-current", str(served), "tiny-llama", over, context=8192,
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
+            rec.meta["run_window"]["start_unix"] = 1.8e9 + 100.0 * seed      # served in seed order
             write_run(rec, calibration_dir(root, label) if seed == 0 else
                       root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
 
@@ -262,7 +263,9 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
     """An instance that decodes 1.6× slower in its study runs than in its calibration trace: the held-out
     twins (scaled by the calibration) miss per-engine E2E in every configuration, the diagnostic twins
     scaled by each run's own decode speed meet it, and the spread of those scales says 1.6."""
-    from calibrate.twin_study import OWN_SCALE_COLUMN, summarise
+    import yaml
+
+    from calibrate.twin_study import OWN_SCALE_COLUMN, TRACKING_COLUMN, summarise
     _fake_study(tmp_path, drift=1.6)
     report = summarise(tmp_path, [(0.4, 0.9)])
     head = report.split("\n\n")[1].splitlines()
@@ -272,6 +275,41 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
     assert "1.60–1.60 (1.60, 2 runs)" in report.split("## Decode scale")[1]
     assert len(list((tmp_path / "sim-own-scale").rglob("run.json"))) == 10
     assert len(list((tmp_path / "profiles" / "own-scale").rglob("seed-*.yaml"))) == 10
+    # the tracking twin: seed 1, served first, keeps the calibration's 1.0; seed 2 gets what seed 1 measured
+    assert TRACKING_COLUMN in cols and len(list((tmp_path / "sim-tracking").rglob("run.json"))) == 10
+    for label in ("vllm-c512", "sglang-lpm"):
+        first, second = (yaml.safe_load((tmp_path / "profiles" / "tracking" / "rate0.4-sigma0.9" / label /
+                                         f"seed-{s}.yaml").read_text()) for s in (1, 2))
+        fam = "vllm-v1" if label.startswith("vllm") else "sglang"
+        assert first["cost"]["overheads"][fam]["decode_scale"]["value"] == 1.0
+        assert first["cost"]["overheads"][fam]["decode_scale"]["source"].startswith(f"calibration/{label}/seed-0:")
+        seed1 = yaml.safe_load((tmp_path / "profiles" / "own-scale" / "rate0.4-sigma0.9" / label /
+                                "seed-1.yaml").read_text())["cost"]["overheads"][fam]["decode_scale"]["value"]
+        assert second["cost"]["overheads"][fam]["decode_scale"]["value"] == seed1 > 1.4
+        assert second["cost"]["overheads"][fam]["decode_scale"]["source"].startswith(
+            f"live/rate0.4-sigma0.9/{label}/seed-1:")
+
+
+def test_tracking_twin_scales_each_run_by_the_run_its_instance_served_before(tmp_path: Path):
+    """In the order the runs started (not their seeds' order), each carries its predecessor's scale, the
+    first the calibration's; a run without a measurable scale passes the last measured one on."""
+    from calibrate.decode_load import DecodeScale
+    from calibrate.twin_own_scale import RunScale, tracking
+    from scenarios.errors import ServetwinError
+
+    def run(name: str, start: float | None, scale: float | None) -> RunScale:
+        meta = {"run_window": {"start_s": 0.0, **({"start_unix": start} if start is not None else {})}}
+        rec = RunRecord(meta=meta, requests=pd.DataFrame(), path=tmp_path / name)
+        return RunScale(tmp_path / name, rec, tmp_path / "fit.yaml",
+                        None if scale is None else DecodeScale(scale, 100, pd.DataFrame()))
+    cal = run("calibration", 0.0, 0.9)
+    got = tracking(cal, [run("seed-3", 300.0, 1.3), run("seed-1", 100.0, 1.1), run("seed-2", 200.0, None),
+                         run("seed-4", 400.0, 1.4)])
+    assert [r.path.name for r in got] == ["seed-1", "seed-2", "seed-3", "seed-4"]
+    assert [r.scale.scale for r in got if r.scale] == [0.9, 1.1, 1.1, 1.3]
+    assert [r.source.name for r in got if r.source] == ["calibration", "seed-1", "seed-1", "seed-3"]
+    with pytest.raises(ServetwinError, match="start_unix missing"):
+        tracking(cal, [run("seed-1", None, 1.0)])
 
 
 def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path: Path):

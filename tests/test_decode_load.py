@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from analysis.records import read_run, write_run
+from analysis.records import RunRecord, read_run, write_run
 from calibrate.decode_load import decode_scale, write_scaled
 from calibrate.twin_study import scenario
 from scenarios import ServetwinError, compile_trace, scenario_from_dict
@@ -52,6 +54,24 @@ def test_measures_how_much_slower_an_instance_decodes_than_its_profile(k: float)
     found = decode_scale(live, twin)
     assert found.scale == pytest.approx(k, rel=0.06)
     assert found.gaps > 1000 and len(found.by_streams) >= 3
+
+
+def _streams(gaps_ms: list[float], streams: int = 3) -> RunRecord:
+    """``streams`` requests that start together and stream one token after every gap in ``gaps_ms``."""
+    t = np.concatenate([[0.0], np.cumsum(gaps_ms) / 1000])
+    chunks = pd.DataFrame({"request_id": np.repeat(np.arange(streams), len(t)), "t_s": np.tile(t, streams)})
+    req = pd.DataFrame({"request_id": np.arange(streams), "first_token_s": 0.0, "last_token_s": t[-1]})
+    return RunRecord(meta={}, requests=req, chunks=chunks)
+
+
+def test_the_scale_prices_the_tail_of_live_gaps_that_an_e2e_sums():
+    """Live gaps of 10 ms with every tenth at 50 ms against a twin's steady 10 ms: a request's decode
+    time is 1.4× its twin's, so the default (mean) scale is 1.4; ``median`` says 1.0 (the typical gap)."""
+    live, twin = _streams([50.0 if i % 10 == 9 else 10.0 for i in range(100)]), _streams([10.0] * 100)
+    assert decode_scale(live, twin).scale == pytest.approx(1.4)
+    assert decode_scale(live, twin, statistic="median").scale == pytest.approx(1.0)
+    with pytest.raises(ServetwinError, match="statistic 'p99' unknown; accepted: mean, median"):
+        decode_scale(live, twin, statistic="p99")
 
 
 def test_a_run_without_concurrent_streams_is_refused_with_a_reason():
