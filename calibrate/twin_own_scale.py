@@ -5,7 +5,7 @@ showed in the run it served just before (a tracking twin, held out in time).
 The study's twins scale an instance's decode steps by what its calibration trace measured (seed 0), so
 each study seed is held out. An instance's decode speed moves from run to run (docs/twin-study.md), and
 part of every per-engine miss is that drift. Simulating each run with the decode scale measured on the
-run itself (``calibrate.decode_load``: live / twin median decode gap by streaming count) removes it; what
+run itself (``calibrate.decode_load``: live / twin mean decode gap by streaming count) removes it; what
 the targets still miss then is the rest of the model — prefill, scheduling, the host work that competes
 with the forward. It is not a prediction (the run's own gaps enter its twin) and never enters a profile:
 the report shows it as a column beside the held-out counts, with the spread of the runs' scales.

@@ -18,8 +18,9 @@ runs (``calibrate.twin_live``: one instance per configuration). Each engine inst
 trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
 fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
 ``OUT/profiles/<config>.yaml``. The report's targets use those profiles and repeat the counts with the
-probe-only ones and, as a diagnostic, with every run's twin scaled by that run's own decode speed
-(``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds
+probe-only ones, with a tracking twin (every run scaled by the decode speed its instance measured in
+the run it served before) and, as a diagnostic, with every run's twin scaled by that run's own decode
+speed (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds
 that study's live runs to the same targets against this one's, in the simulator's place: how well the
 engines agree with themselves on this machine.
 
@@ -275,7 +276,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + tracking_part + rep_parts
     if calibrated:
         head += [f"## Decode scale per engine instance (calibration trace: first cell, seed {CALIBRATION_SEED}, "
-                 f"{CALIBRATION_S:g} s; live / twin median decode gap by streaming count)\n",
+                 f"{CALIBRATION_S:g} s; live / twin mean decode gap by streaming count)\n",
                  to_markdown(scales), ""]
     return "\n".join(head + parts)
 
