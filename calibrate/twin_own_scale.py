@@ -10,9 +10,9 @@ the targets still miss then is the rest of the model — prefill, scheduling, th
 with the forward. It is not a prediction (the run's own gaps enter its twin) and never enters a profile:
 the report shows it as a column beside the held-out counts, with the spread of the runs' scales.
 
-An instance's speed moves slowly: over three studies (15 instances, 135 runs) the run served just before
-predicts a run's decode scale with a mean |log ratio| of 0.069, the calibration trace served first with
-0.108 (docs/twin-study.md). The tracking twin (``tracking``) uses that: each run's twin is scaled by
+An instance's speed moves slowly: over four studies (20 instances, 180 runs) the run served just before
+predicts a run's decode scale with a mean |log ratio| of 0.073, the calibration trace served first with
+0.114 (docs/twin-study.md). The tracking twin (``tracking``) uses that: each run's twin is scaled by
 what the instance measured in the run before it (the calibration trace for the first), so nothing of the
 run itself enters its twin — it predicts the next run from the instance's recent past, as a twin
 following a live engine would.
