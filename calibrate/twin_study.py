@@ -40,8 +40,7 @@ import pandas as pd
 from analysis.metrics import KEEPS_PACE
 from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
-from calibrate.compare import compare, gap_comparison, side_by_side
-from calibrate.compare import decomposition as phi_table
+from calibrate.compare import compare
 from calibrate.decode_load import scale_profile
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import add_arguments, bad_repeat
@@ -60,6 +59,7 @@ from calibrate.twin_live import (
 )
 from calibrate.twin_own_scale import RunScale, measure_runs, own_scale_sides, spread, tracking
 from calibrate.twin_tables import client_table, keeps_pace_table
+from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
 from scenarios.errors import ServetwinError
@@ -68,8 +68,7 @@ from simulator.capacity import capacity_search
 
 OWN_SCALE_COLUMN = "met with each run's own decode scale (diagnostic, not held out)"
 TRACKING_COLUMN = "met by a tracking twin (decode scale of the run its instance served before; held out)"
-PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
-         "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
+
 
 
 def family_profile(out: Path, label: str) -> Path:
@@ -190,46 +189,6 @@ def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
     return parts, target_checks(cond, gaps, phi, per_config)
 
 
-def study_tables(sbs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """From one cell's side-by-side rows: the study's pair gaps, φ and per-configuration means."""
-    gaps = gap_comparison(sbs)
-    keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
-    gaps = gaps[gaps["pair"].isin(keep)]
-    phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
-    per_config = sbs.groupby(["config", "metric"], as_index=False)[["measured", "simulated", "rel_error"]].mean()
-    return gaps, phi, per_config
-
-
-def repeat_checks(out: Path, repeat: Path, cond: str) -> pd.DataFrame:
-    """The study's targets with a repeat of its live runs in the simulator's place: the same cell's
-    configurations and seeds, served again on fresh engine instances (another study folder with the same
-    pinned cells). How often the engines meet the targets against themselves is the floor any
-    deterministic twin is held to on this machine."""
-    mine = {(r.meta["engine"], r.meta["seed"]): r for r in map(read_run, find_runs([out / "live" / cond]))}
-    pairs = []
-    for p in find_runs([repeat / "live" / cond]):
-        other = read_run(p)
-        this = mine.get((other.meta["engine"], other.meta["seed"]))
-        if this is None:
-            continue
-        if this.meta["trace_digest"] != other.meta["trace_digest"]:
-            raise ServetwinError(f"{p}: trace {other.meta['trace_digest']} differs from {this.path}'s "
-                                 f"{this.meta['trace_digest']}; a repeat must serve the identical traces")
-        pairs.append((this, other))
-    if not pairs:
-        return pd.DataFrame()
-    gaps, phi, per_config = study_tables(side_by_side(pairs))
-    return target_checks(cond, gaps, phi, per_config)
-
-
-def met_counts(table: pd.DataFrame) -> pd.DataFrame:
-    by = table.groupby("target")["met"].agg(["sum", "count"]).rename(columns={"sum": "met", "count": "cells"})
-    if "in_measured_ci" in table:
-        ci = table.dropna(subset=["in_measured_ci"]).groupby("target")["in_measured_ci"].sum()
-        by["simulated inside measured 95 % interval"] = [str(int(ci[t])) if t in ci else "—" for t in by.index]
-    return by
-
-
 def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Path] | None = None) -> str:
     """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
     counts and, for each repeat study given, the counts its live runs reach against this study's), then
@@ -279,42 +238,6 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
                  f"{CALIBRATION_S:g} s; live / twin mean decode gap by streaming count)\n",
                  to_markdown(scales), ""]
     return "\n".join(head + parts)
-
-
-GAP_TOLERANCE, PHI_TOLERANCE, ENGINE_TOLERANCE = 0.20, 0.15, 0.15
-
-
-def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: pd.DataFrame) -> pd.DataFrame:
-    """One row per target and cell: the engine gap (TTFT p50/p95, throughput) within 20 % and on the same
-    side of 1 (and whether the simulated gap lies inside the measured gap's 95 % interval over seeds: with
-    3 seeds that interval is often wider than ±20 %); φ within ±0.15; per-engine TTFT p50 and E2E p50
-    within 15 %."""
-    rows = []
-    for arm in ("defaults", "matched"):
-        pair = "/".join(PAIRS[arm])
-        for m in ("ttft_p50", "ttft_p95", "throughput"):
-            g = gaps[(gaps["pair"].isin([pair, "/".join(reversed(PAIRS[arm]))])) & (gaps["metric"] == m)]
-            if g.empty or "simulated_gap" not in g:
-                continue
-            meas, sim = float(g["measured_gap"].iloc[0]), float(g["simulated_gap"].iloc[0])
-            rel = sim / meas - 1
-            side = bool((meas - 1) * (sim - 1) > 0)
-            lo, hi = (float(g[c].iloc[0]) if c in g else float("nan") for c in ("measured_lo", "measured_hi"))
-            rows.append({"cell": cond, "target": f"gap {m}", "what": arm, "measured": meas, "simulated": sim,
-                         "error": rel, "same_side": side, "in_measured_ci": bool(lo <= sim <= hi),
-                         "met": side and abs(rel) <= GAP_TOLERANCE})
-    for _, r in phi.iterrows():
-        if r["metric"] in ("ttft_p50", "ttft_p95", "throughput") and pd.notna(r["measured_phi"]) \
-                and pd.notna(r["simulated_phi"]):
-            d = float(r["simulated_phi"]) - float(r["measured_phi"])
-            rows.append({"cell": cond, "target": f"phi {r['metric']}", "what": "defaults vs matched",
-                         "measured": float(r["measured_phi"]), "simulated": float(r["simulated_phi"]), "error": d,
-                         "met": abs(d) <= PHI_TOLERANCE})
-    for _, r in per_config[per_config["metric"].isin(["ttft_p50", "e2e_p50"])].iterrows():
-        rows.append({"cell": cond, "target": f"engine {r['metric']}", "what": r["config"],
-                     "measured": r["measured"], "simulated": r["simulated"], "error": r["rel_error"],
-                     "met": abs(float(r["rel_error"])) <= ENGINE_TOLERANCE})
-    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -181,7 +181,7 @@ def test_twin_study_keeps_pace_table():
 
 
 def test_twin_study_target_checks():
-    from calibrate.twin_study import target_checks
+    from calibrate.twin_targets import target_checks
     gaps = pd.DataFrame([
         {"pair": "vllm-nochunk/sglang-lpm", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 0.22,
          "measured_lo": 0.15, "measured_hi": 0.3},
@@ -316,7 +316,8 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
     """A repeat study (the same traces served again) takes the simulator's place: an identical repeat
     meets every target with zero error; one whose instances decode 1.6× slower misses the per-engine E2E
     target, and errors say by how much, in the repeat's direction."""
-    from calibrate.twin_study import repeat_checks, summarise
+    from calibrate.twin_study import summarise
+    from calibrate.twin_targets import repeat_checks
     _fake_study(tmp_path / "study")
     _fake_study(tmp_path / "same")
     _fake_study(tmp_path / "slow", decode_scale=1.6)
@@ -334,7 +335,8 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
 
 
 def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
-    from calibrate.twin_study import main, repeat_checks
+    from calibrate.twin_study import main
+    from calibrate.twin_targets import repeat_checks
     from scenarios.errors import ServetwinError
     from servetwin.cli import main as servetwin_main
     _fake_study(tmp_path / "study")
