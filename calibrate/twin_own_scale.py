@@ -79,13 +79,13 @@ def tracking(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
     measured."""
     got, last = [], calibration
     for r in sorted(runs, key=started):
-        got.append(RunScale(r.path, r.live, r.fitted, last.scale, last.source or last.path))
+        got.append(RunScale(r.path, r.live, r.fitted, last.scale, last.path))
         if r.scale is not None:
             last = r
     return got
 
 
-def own_scale_sides(out: Path, runs: list[RunScale], kind: str = "own-scale") -> pd.DataFrame:
+def scaled_sides(out: Path, runs: list[RunScale], kind: str = "own-scale") -> pd.DataFrame:
     """Side-by-side rows of every run against its twin scaled by the run's scale (written under
     OUT/sim-<kind>; the profiles under OUT/profiles/<kind>). A run without a scale keeps the unscaled fit."""
     pairs = []

@@ -57,7 +57,7 @@ from calibrate.twin_live import (
     run_engines,
     scenario,
 )
-from calibrate.twin_own_scale import RunScale, measure_runs, own_scale_sides, spread, tracking
+from calibrate.twin_own_scale import RunScale, measure_runs, scaled_sides, spread, tracking
 from calibrate.twin_tables import client_table, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
@@ -68,7 +68,6 @@ from simulator.capacity import capacity_search
 
 OWN_SCALE_COLUMN = "met with each run's own decode scale (diagnostic, not held out)"
 TRACKING_COLUMN = "met by a tracking twin (decode scale of the run its instance served before; held out)"
-
 
 
 def family_profile(out: Path, label: str) -> Path:
@@ -106,7 +105,7 @@ def scaled_checks(out: Path, conditions: list[tuple[float, float]], runs: list[R
     its own (``own-scale``, not a prediction) or its predecessor's (``tracking``)."""
     checks = []
     for cond in [cell(r, s) for r, s in conditions]:
-        sides = own_scale_sides(out, [r for r in runs if r.path.parent.parent.name == cond], kind)
+        sides = scaled_sides(out, [r for r in runs if r.path.parent.parent.name == cond], kind)
         if not sides.empty:
             checks.append(target_checks(cond, *study_tables(sides)))
     return pd.concat(checks, ignore_index=True) if checks else pd.DataFrame(columns=["target", "met"])
