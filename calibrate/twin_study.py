@@ -58,7 +58,7 @@ from calibrate.twin_live import (
     scenario,
 )
 from calibrate.twin_own_scale import RunScale, measure_runs, scaled_sides, spread, tracking
-from calibrate.twin_tables import client_table, keeps_pace_table
+from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
@@ -204,7 +204,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     what = ("profiles fitted on probes, each instance's decode steps scaled by its calibration trace (seed "
             f"{CALIBRATION_SEED}): every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
-    head = [f"## Targets ({what})\n"]
+    head = [f"Host CPU of the live runs: {host_cpus(find_runs([out / 'live']))}\n", f"## Targets ({what})\n"]
     if not table.empty:
         by, tracking_part = met_counts(table), []
         if calibrated:

@@ -4,7 +4,9 @@ CPU (``/proc/pressure/cpu``, "some") and the load average at the end. Linux only
 where a file is missing, the field is None. When the engine runs on the same host (a local engine) this
 is the engine's host too, and given the engine's process id, each of the engine's processes is accounted
 for: CPU time its threads ran and time they were runnable but waiting for a CPU (``schedstat``), which
-tells an engine short of CPU from one that is slow on its own."""
+tells an engine short of CPU from one that is slow on its own. The CPU's model name and the vector and matrix
+extensions engines' CPU kernels choose between (``/proc/cpuinfo``) say which machine a run measured: two
+studies on hosts of different CPUs are not repeats of each other."""
 
 from __future__ import annotations
 
@@ -40,6 +42,27 @@ def _pressure_s(proc: Path) -> float | None:
     except (OSError, ValueError, KeyError):
         return None
     return None
+
+
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def cpu_identity(proc: Path = PROC) -> dict[str, Any] | None:
+    """The first CPU's model name and which of ``ISA_FLAGS`` it has, or None without ``cpuinfo``."""
+    try:
+        text = (proc / "cpuinfo").read_text()
+    except OSError:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break                     # the first processor's block is enough: the others are alike
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {"model_name": fields.get("model name"), "isa": [f for f in ISA_FLAGS if f in flags]}
 
 
 def process_tree(pid: int, proc: Path = PROC) -> list[int]:
@@ -102,7 +125,7 @@ def engine_processes(start: HostSample, end: HostSample, duration_s: float) -> d
 
 def summary(start: HostSample, end: HostSample, duration_s: float, proc: Path = PROC) -> dict[str, Any]:
     """Seconds stolen and seconds under CPU pressure during the run, each also as a share of its
-    duration, and the 1-minute load average at its end."""
+    duration, the 1-minute load average at its end, and the CPU (``cpu_identity``)."""
     def delta(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else max(0.0, b - a)
 
@@ -115,7 +138,8 @@ def summary(start: HostSample, end: HostSample, duration_s: float, proc: Path = 
     except (OSError, ValueError, IndexError):
         load = None
     out: dict[str, Any] = {"cpu_steal_s": steal, "cpu_steal_share": share(steal), "cpu_pressure_s": pressure,
-                           "cpu_pressure_share": share(pressure), "load_1m": load, "cpus": os.cpu_count()}
+                           "cpu_pressure_share": share(pressure), "load_1m": load, "cpus": os.cpu_count(),
+                           "cpu": cpu_identity(proc)}
     procs = engine_processes(start, end, duration_s)
     if procs is not None:
         out["engine_processes"] = procs

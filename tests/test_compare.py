@@ -237,6 +237,7 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
             rec.meta["run_window"]["start_unix"] = 1.8e9 + 100.0 * seed      # served in seed order
+            rec.meta["host"] = {"cpu": {"model_name": "Example Xeon", "isa": ["avx2", "avx512f"]}} if seed == 2 else {}
             write_run(rec, calibration_dir(root, label) if seed == 0 else
                       root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
 
@@ -247,7 +248,9 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     from calibrate.twin_study import CONFIGS, summarise
     _fake_study(tmp_path)
     report = summarise(tmp_path, [(0.4, 0.9)])
-    assert report.startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
+    first, rest = report.split("\n", 1)        # which CPUs measured: seed 2 names its CPU, seed 1 did not
+    assert first == "Host CPU of the live runs: Example Xeon (avx2, avx512f): 5 runs; not recorded: 5 runs"
+    assert rest.lstrip().startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
     section = report.split("## Decode scale")[1].split("\n## ")[0]
     scales = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
     assert len(scales) == 1 + len(CONFIGS) and all(float(r[2]) == 1.0 for r in scales[1:])  # identical: 1

@@ -35,6 +35,18 @@ def test_missing_files_give_none_not_an_error(tmp_path: Path):
     empty.mkdir()
     s = host.summary(host.sample(empty), host.sample(empty), 10.0, empty)
     assert s["cpu_steal_s"] is None and s["cpu_pressure_share"] is None and s["load_1m"] is None
+    assert s["cpu"] is None
+
+
+def test_a_run_names_the_cpu_it_measured(tmp_path: Path):
+    """Two studies on different CPUs are not repeats: the summary carries the first CPU's model name and the
+    vector / matrix extensions engines' CPU kernels choose between (here AVX-512 without AMX)."""
+    root = _proc(tmp_path / "p", steal_ticks=0, pressure_us=0)
+    block = ("processor\t: {n}\nmodel name\t: Example Xeon {n}\n"
+             "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n\n")
+    (root / "cpuinfo").write_text(block.format(n=0) + block.format(n=1).replace("avx512f", "amx_tile"))
+    s = host.summary(host.sample(root), host.sample(root), 1.0, root)
+    assert s["cpu"] == {"model_name": "Example Xeon 0", "isa": ["avx2", "avx512f"]}
 
 
 def test_this_machine_is_read():
