@@ -271,7 +271,7 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
     from calibrate.twin_study import OWN_SCALE_COLUMN, TRACKING_COLUMN, summarise
     _fake_study(tmp_path, drift=1.6)
     report = summarise(tmp_path, [(0.4, 0.9)])
-    head = report.split("\n\n")[1].splitlines()
+    head = report.split("## Targets", 1)[1].split("\n\n")[1].splitlines()   # the targets table
     cols = [c.strip() for c in head[0].split("|")]
     e2e = [c.strip() for c in next(line for line in head if line.startswith("| engine e2e_p50 |")).split("|")]
     assert e2e[cols.index("met")] == "0" and e2e[cols.index(OWN_SCALE_COLUMN)] == "5"
@@ -330,7 +330,7 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
     e2e = slow[slow["target"] == "engine e2e_p50"]
     assert len(e2e) == 5 and (e2e["error"] > 0.15).all() and not e2e["met"].any()
     report = summarise(tmp_path / "study", [(0.4, 0.9)], [tmp_path / "same", tmp_path / "slow"])
-    head = report.split("\n\n")[1].splitlines()
+    head = report.split("## Targets", 1)[1].split("\n\n")[1].splitlines()   # the targets table
     assert "met by a repeat of the live runs (same)" in head[0] and "(slow)" in head[0]
     e2e_row = next(line for line in head if line.startswith("| engine e2e_p50 |")).split("|")
     assert e2e_row[-3].strip() == "5" and e2e_row[-2].strip() == "0"        # same: 5 of 5; slow: none
