@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.metrics import KEEPS_PACE
-from analysis.records import find_runs, read_run
+from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
 from calibrate.decode_load import scale_profile
@@ -163,10 +163,10 @@ def study_cells(out: Path, quick: bool, rate: float | None) -> Callable[[], Cell
     return cells
 
 
-def cell_tables(out: Path, cond: str, profiles: dict[str, Path], sim_root: Path,
+def cell_tables(out: Path, cond: str, lives: list[RunRecord], profiles: dict[str, Path], sim_root: Path,
                 figures: bool) -> tuple[list[str], pd.DataFrame]:
-    """One cell's report sections and target rows, each configuration simulated with its profile."""
-    lives = [read_run(p) for p in find_runs([out / "live" / cond])]
+    """One cell's report sections and target rows (its live runs given), each configuration simulated with
+    its profile."""
     sides = []
     for label in CONFIGS:
         sub = [r for r in lives if r.meta["engine"] == label]
@@ -193,10 +193,12 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     counts and, for each repeat study given, the counts its live runs reach against this study's), then
     per cell the client, keeps-pace, per-configuration, gap and φ tables."""
     profiles, scales, runs = calibrate_instances(out)
+    cells = [cell(r, s) for r, s in conditions]
+    lives = {cond: [read_run(p) for p in find_runs([out / "live" / cond])] for cond in cells}
     parts: list[str] = []
     checks: list[pd.DataFrame] = []
-    for cond in [cell(r, s) for r, s in conditions]:
-        p, c = cell_tables(out, cond, profiles, out / "sim", figures=True)
+    for cond in lives:
+        p, c = cell_tables(out, cond, lives[cond], profiles, out / "sim", figures=True)
         parts += p
         checks.append(c)
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
@@ -204,13 +206,14 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     what = ("profiles fitted on probes, each instance's decode steps scaled by its calibration trace (seed "
             f"{CALIBRATION_SEED}): every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
-    head = [f"Host CPU of the live runs: {host_cpus(find_runs([out / 'live']))}\n", f"## Targets ({what})\n"]
+    head = [f"Host CPU of the live runs: {host_cpus([r.meta for rs in lives.values() for r in rs])}\n",
+            f"## Targets ({what})\n"]
     if not table.empty:
         by, tracking_part = met_counts(table), []
         if calibrated:
             probe_only = {label: family_profile(out, label) for label in CONFIGS}
-            plain = pd.concat([cell_tables(out, cell(r, s), probe_only, out / "sim-probe-only", figures=False)[1]
-                               for r, s in conditions], ignore_index=True)
+            plain = pd.concat([cell_tables(out, cond, lives[cond], probe_only, out / "sim-probe-only", figures=False)[1]
+                               for cond in lives], ignore_index=True)
             by["met with probe-only profiles"] = met_counts(plain)["met"].reindex(by.index)
             tracked = scaled_checks(out, conditions, runs["tracking"], "tracking")
             by[TRACKING_COLUMN] = met_counts(tracked)["met"].reindex(by.index)

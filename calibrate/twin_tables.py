@@ -3,9 +3,7 @@ engine's busiest process, and keeps-pace (``calibrate.twin_study`` assembles the
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -49,14 +47,14 @@ def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
         simulated_keeps=("simulated", lambda x: float((x >= KEEPS_PACE).mean()))).reset_index()
 
 
-def host_cpus(runs: list[Path]) -> str:
-    """Which CPUs the live runs measured (``run.json``'s ``host.cpu``), with how many runs each: studies
-    on different CPUs are not repeats of one another."""
-    def name(run: Path) -> str:
-        cpu = (json.loads((run / "run.json").read_text()).get("host") or {}).get("cpu")
+def host_cpus(metas: list[dict[str, Any]]) -> str:
+    """Which CPUs the live runs measured (their ``run.json``'s ``host.cpu``), with how many runs each:
+    studies on different CPUs are not repeats of one another."""
+    def name(meta: dict[str, Any]) -> str:
+        cpu = (meta.get("host") or {}).get("cpu")
         if not cpu:
             return "not recorded"
         isa = ", ".join(cpu.get("isa") or []) or "none of the listed extensions"
         return f"{cpu.get('model_name') or 'unnamed CPU'} ({isa})"
-    counts = Counter(name(r) for r in runs)
+    counts = Counter(name(m) for m in metas)
     return "; ".join(f"{n}: {k} run{'s' if k != 1 else ''}" for n, k in sorted(counts.items()))
