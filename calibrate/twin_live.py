@@ -1,13 +1,12 @@
 """The live side of the two-engine study: its configurations, traces and the engine instances that serve
 them (``calibrate.twin_study`` fits, simulates and reports).
 
-One instance per configuration where the order allows: a probed configuration's instance is probed
-first and then serves its calibration trace and study seeds, so the profile, the instance's decode scale
-and its held-out runs come from the same instance, and no instance is started twice. The cells must be
-known before a study run: given (``--rate``), pinned in ``OUT/conditions.json``, or found from SGLang's
-fitted twin, which needs both SGLang probes. SGLang's two probed configurations therefore go first; in a
-study without its cells the first of them is probed, stopped, and started again at the end for its runs
-(six engine starts instead of five)."""
+One instance per configuration: a probed configuration's instance is probed first and then serves its
+calibration trace and study seeds, so the profile, the instance's decode scale and its held-out runs come
+from the same instance, and no instance is started twice. The cells must be known before a study run:
+given (``--rate``), pinned in ``OUT/conditions.json``, or found from SGLang's fitted twin on its default
+configuration's probes (``KNEE_PROBES``), which therefore goes first: its instance is probed, the knee is
+searched (seconds), and the same instance serves its runs. Five engine starts in every study."""
 
 from __future__ import annotations
 
@@ -30,8 +29,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "sglang-lpm-c512": ("sglang", {"policy": "lpm", "chunked_prefill": 512}),
     "sglang-fcfs-c512": ("sglang", {"policy": "fcfs", "chunked_prefill": 512}),
 }
-# the order instances are started in: SGLang's probed configurations first (its knee sets the cells)
+# the order instances are started in: SGLang's default configuration first (its probes set the knee)
 ORDER = ("sglang-lpm", "sglang-lpm-c512", "vllm-nochunk", "vllm-c512", "sglang-fcfs-c512")
+KNEE_PROBES = "sglang-lpm"
 # The study's probe plan: leaner than ``servetwin calibrate probe``'s default — decode batches up to 16 (the
 # study's instances stream at most about 15 requests at once) and two recorded repeats. SGLang's CPU path
 # attends request by request, so its batch-32 decode probes were half its probe time; refitting three
@@ -44,6 +44,8 @@ PROBED: dict[str, tuple[str, ProbePlan]] = {
     "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", ProbePlan.chunking(repeats=2)),
     "sglang-lpm": ("sglang", STUDY_PLAN), "sglang-lpm-c512": ("sglang-c512", ProbePlan.chunking(repeats=2))}
 CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
+# each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
+RUN_S = 40.0
 
 Cells = list[tuple[float, float]]
 

@@ -6,23 +6,24 @@ profile; measured and simulated tables side by side.
     servetwin twin-study --out out/twin [--quick]        (or python -m calibrate.twin_study …)
 
 Arms (labels): defaults = vllm-nochunk (chunked prefill off, as vLLM 0.6.3's default) vs sglang-lpm (its
-resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets);
-ablation = sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its
-fitted simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile
-re-simulates the same live runs instead of starting a new study (delete the file for a new knee). Without
---quick: two rates and a sharing sweep, 3 seeds each, 45-second runs (about 43 minutes); with --quick: one
-rate, 2 seeds, 40-second runs (23 minutes before the leaner probe plan). The profiles are fitted on probes, so
+resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets); ablation =
+sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity search on its fitted
+simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile re-simulates
+the same live runs instead of starting a new study (delete the file for a new knee); the knee is searched on
+SGLang's twin fitted to its default configuration's probes, as soon as they exist. Without --quick: two rates
+and a sharing sweep, 3 seeds each, 40-second runs (about 43 minutes, capacity search included, on a 2-core CPU
+without bf16 matrix instructions); with --quick: one rate, 2 seeds. The profiles are fitted on probes, so
 every study seed is held out from the fit: each engine is probed in its default configuration (``STUDY_PLAN``)
 and with its 512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its
 runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration
 trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
 fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
 ``OUT/profiles/<config>.yaml``. The report's targets use those profiles and repeat the counts with the
-probe-only ones, with a tracking twin (every run scaled by the decode speed its instance measured in
-the run it served before) and, as a diagnostic, with every run's twin scaled by that run's own decode
-speed (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds
-that study's live runs to the same targets against this one's, in the simulator's place: how well the
-engines agree with themselves on this machine.
+probe-only ones, with a tracking twin (every run scaled by the decode speed its instance measured in the run
+it served before) and, as a diagnostic, with every run's twin scaled by that run's own decode speed
+(``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds
+that study's live runs to the same targets against this one's, in the simulator's place: how well the engines
+agree with themselves on this machine.
 
     python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
 """
@@ -48,7 +49,9 @@ from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
     CONFIGS,
+    KNEE_PROBES,
     PROBED,
+    RUN_S,
     Cells,
     calibration_dir,
     cell,
@@ -131,10 +134,20 @@ def fit_family(out: Path, family: str) -> Path:
     return dest
 
 
+def knee_profile(out: Path) -> Path:
+    """SGLang's profile for the capacity search: fitted on its default configuration's probes alone
+    (``KNEE_PROBES``), so the cells are known before that instance serves its runs. Fitted on both SGLang
+    probe sets instead, the recorded studies' knees were the same to the second decimal (0.44 and 0.60)."""
+    dest = out / "profiles" / "knee-sglang.yaml"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fit_probes([out / "probes" / PROBED[KNEE_PROBES][0]], "sglang", "tiny-llama", "cpu-base", dest)
+    return dest
+
+
 def knee_cells(out: Path, quick: bool) -> Cells:
     """Cells around the knee of SGLang's fitted twin (capacity search), pinned in OUT/conditions.json."""
     sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
-    cap = capacity_search(sc, "sglang-current", str(fit_family(out, "sglang")), "tiny-llama",
+    cap = capacity_search(sc, "sglang-current", str(knee_profile(out)), "tiny-llama",
                           {"max_total_tokens": 65536, "schedule_policy": "lpm"},
                           lo=0.2, hi=4.0, seeds=(1,), context=8192)
     knee = cap.keeps_rate
@@ -147,15 +160,14 @@ def knee_cells(out: Path, quick: bool) -> Cells:
 
 
 def study_cells(out: Path, quick: bool, rate: float | None) -> Callable[[], Cells | None]:
-    """The study's cells as the engines learn them: known, or found once both SGLang probes exist;
-    None before that."""
+    """The study's cells as the engines learn them: known, or found once SGLang's default configuration
+    has been probed; None before that."""
     found: list[Cells] = []
 
     def cells() -> Cells | None:
         if not found:
             got = known_cells(out, rate)
-            sglang_probed = all(pending_probe(out, lb) is None for lb in PROBED if CONFIGS[lb][0] == "sglang")
-            if got is None and sglang_probed:
+            if got is None and pending_probe(out, KNEE_PROBES) is None:
                 got = knee_cells(out, quick)
             if got is not None:
                 found.append(got)
@@ -260,7 +272,7 @@ def study(a: argparse.Namespace) -> int:
         print(f"client scheduling: {realtime_client()}", file=sys.stderr)
     out = Path(a.out)
     seeds = [1, 2] if a.quick else [1, 2, 3]
-    duration = 40.0 if a.quick else 45.0
+    duration = RUN_S
     cells = study_cells(out, a.quick, a.rate)
     run_engines(out, seeds, duration, cells)          # each instance: its probes, then its runs
     fit_family(out, "vllm")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.records import find_runs, read_run
@@ -59,6 +60,12 @@ def met_counts(table: pd.DataFrame) -> pd.DataFrame:
     return by
 
 
+def same_side(measured: float, simulated: float) -> bool:
+    """Whether two gaps are on the same side of 1, a gap of exactly 1 (parity: both engines completed the
+    same requests in the same window) a side of its own: measured and simulated parity agree."""
+    return bool(np.sign(measured - 1) == np.sign(simulated - 1))
+
+
 def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: pd.DataFrame) -> pd.DataFrame:
     """One row per target and cell: the engine gap (TTFT p50/p95, throughput) within 20 % and on the same
     side of 1 (and whether the simulated gap lies inside the measured gap's 95 % interval over seeds: with
@@ -73,7 +80,7 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
                 continue
             meas, sim = float(g["measured_gap"].iloc[0]), float(g["simulated_gap"].iloc[0])
             rel = sim / meas - 1
-            side = bool((meas - 1) * (sim - 1) > 0)
+            side = same_side(meas, sim)
             lo, hi = (float(g[c].iloc[0]) if c in g else float("nan") for c in ("measured_lo", "measured_hi"))
             rows.append({"cell": cond, "target": f"gap {m}", "what": arm, "measured": meas, "simulated": sim,
                          "error": rel, "same_side": side, "in_measured_ci": bool(lo <= sim <= hi),

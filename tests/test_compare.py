@@ -199,6 +199,14 @@ def test_twin_study_target_checks():
     assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]
 
 
+def test_a_gap_at_parity_is_a_side_of_its_own():
+    """Throughput gaps are exactly 1 where both engines complete every request of the window: a twin
+    that says so agrees, one that puts either engine ahead does not."""
+    from calibrate.twin_targets import same_side
+    assert same_side(1.0, 1.0) and same_side(0.9, 0.95) and same_side(1.2, 1.01)
+    assert not same_side(1.0, 1.01) and not same_side(0.99, 1.0) and not same_side(0.9, 1.1)
+
+
 def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None) -> None:
     """A study folder whose "live" runs are simulations with the cpu-base profiles (their decode steps
     scaled by ``decode_scale``; the study seeds' by ``drift`` where given, as an instance that slows after
@@ -367,11 +375,13 @@ def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_pat
         return Cap()
 
     monkeypatch.setattr(ts, "capacity_search", fake_search)
-    monkeypatch.setattr(ts, "fit_family", lambda out, family: tmp_path / f"cpu-{family}.yaml")
+    monkeypatch.setattr(ts, "knee_profile", lambda out: tmp_path / "knee-sglang.yaml")
     assert ts.study_cells(tmp_path, quick=False, rate=None)() is None      # SGLang not probed yet: no search
-    for d in ("sglang", "sglang-c512"):
-        (tmp_path / "probes" / d).mkdir(parents=True)
-        (tmp_path / "probes" / d / "run.json").write_text("{}")
+    (tmp_path / "probes" / "sglang-c512").mkdir(parents=True)
+    (tmp_path / "probes" / "sglang-c512" / "run.json").write_text("{}")
+    assert ts.study_cells(tmp_path, quick=False, rate=None)() is None      # its chunked configuration: not enough
+    (tmp_path / "probes" / "sglang").mkdir(parents=True)
+    (tmp_path / "probes" / "sglang" / "run.json").write_text("{}")         # its default configuration: the search
     first = ts.study_cells(tmp_path, quick=False, rate=None)()
     assert first == [(0.42, 0.9), (0.77, 0.9), (0.42, 0.5)] and len(searches) == 1
     Cap.keeps_rate = 2.0                    # a refitted profile would move the knee …

@@ -70,23 +70,22 @@ def instances(events: list[tuple[str, ...]]) -> list[list[tuple[str, ...]]]:
     return out
 
 
-def test_a_new_study_probes_each_instance_before_its_runs_and_starts_six(tmp_path: Path,
-                                                                      fake: list[tuple[str, ...]]) -> None:
+def test_a_new_study_finds_its_cells_on_the_first_instance_and_starts_five(tmp_path: Path,
+                                                                          fake: list[tuple[str, ...]]) -> None:
     tl.run_engines(tmp_path, [1, 2], 40.0, ts.study_cells(tmp_path, quick=True, rate=None))
     inst = instances(fake)
-    assert len(inst) == 6                                  # SGLang's default instance twice, no other
-    assert [i[0][1] for i in inst] == [*tl.ORDER, "sglang-lpm"]
-    knee = fake.index(("knee",))
-    assert all(e[0] != "run" for e in fake[:knee])         # no run before the cells are known
+    assert [i[0][1] for i in inst] == list(tl.ORDER)       # one instance per configuration, none restarted
+    first = inst[0]
+    assert first[0][1] == tl.KNEE_PROBES
+    knee = first.index(("knee",))                          # the knee is searched on the first instance's probes …
+    assert [e[0] for e in first[1:knee]] == ["probe"]
+    assert all(e[0] != "run" for e in first[:knee])        # … before any run
     for i in inst:
         label, did = i[0][1], [e for e in i if e[0] in ("probe", "run")]
-        if did and did[0][0] == "probe":
+        assert [e[0] for e in did][:1] == (["probe"] if label in tl.PROBED else ["run"])
+        if did[0][0] == "probe":
             assert did[0][1] == tl.PROBED[label][0]
-        runs = [e[2] for e in did if e[0] == "run"]
-        if runs:                                           # its calibration trace, then its seeds
-            assert runs == ["seed-0", "seed-1", "seed-2"]
-    probed_and_ran = [i[0][1] for i in inst if any(e[0] == "probe" for e in i) and any(e[0] == "run" for e in i)]
-    assert probed_and_ran == ["sglang-lpm-c512", "vllm-nochunk", "vllm-c512"]
+        assert [e[2] for e in did if e[0] == "run"] == ["seed-0", "seed-1", "seed-2"]   # calibration, then seeds
 
 
 def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_path: Path,
