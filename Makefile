@@ -50,8 +50,8 @@ $(ENGINE_VENV)/.installed:
 # its CPU requirements; the sgl_kernel stand-in (live/sglang_cpu) goes on PYTHONPATH at launch.
 SGLANG_VENV ?= .engine-sglang
 .PHONY: engine-sglang twin-study
-# The two-engine study on this machine, live and simulated (with its cells pinned: 43 minutes on a 2-core CPU with fast
-# bf16 prefill, 48 on one without; about 8 per configuration for its live runs; TWIN_FLAGS=--quick for one cell).
+# The two-engine study on this machine, live and simulated (43–44 minutes on a 2-core CPU without bf16 matrix
+# instructions, capacity search included; about 7 per configuration for its live runs; TWIN_FLAGS=--quick for one cell).
 twin-study: $(STAMP) engine engine-sglang
 	$(BIN)/servetwin twin-study --out out/twin $(TWIN_FLAGS)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,19 @@ KNEE_PROBES = "sglang-lpm"
 # study's instances stream at most about 15 requests at once) and two recorded repeats. SGLang's CPU path
 # attends request by request, so its batch-32 decode probes were half its probe time; refitting three
 # recorded studies on their probes filtered to this plan moved each one's per-engine counts by at most 2 of 15.
-STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,))
+# Its cached-prefix probes add the study's own request shapes (L = 2,048: 205 new tokens over a cached
+# 1,843 at σ = 0.9, 1,024 over 1,024 at σ = 0.5): fitted without them, two SGLang instances whose probes
+# agreed within 5 % priced 205 over 1,843 at 85 and 95 ms, and twin-k's SGLang LPM TTFT p50 at λ = 0.39 moved
+# by 5–25 % with the profile (twin-k, twin-l).
+STUDY_CACHED = (*ProbePlan().cached, (1843, 205), (1024, 1024))
+STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
+CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)
 # probes per configuration (directory under OUT/probes, plan): the plan on each engine's default
 # configuration, the shapes a chunk budget changes on its 512-token one (prefill steps are separated
 # from the front end's per-request latency only by an engine run both ways)
 PROBED: dict[str, tuple[str, ProbePlan]] = {
-    "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", ProbePlan.chunking(repeats=2)),
-    "sglang-lpm": ("sglang", STUDY_PLAN), "sglang-lpm-c512": ("sglang-c512", ProbePlan.chunking(repeats=2))}
+    "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", CHUNK_PLAN),
+    "sglang-lpm": ("sglang", STUDY_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
 CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
 # each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
 RUN_S = 40.0

@@ -102,3 +102,13 @@ def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_
     fake.clear()
     tl.run_engines(tmp_path, [1], 45.0, cells)             # everything recorded: no engine is started
     assert fake == []
+
+
+def test_the_study_probes_its_own_request_shapes() -> None:
+    """Every cached-prefix prefill a study request makes (its shared prefix cached, its own suffix new) is
+    a probed shape in both probe plans: the fit need not extrapolate to the shape the study serves most."""
+    from scenarios.spec import scenario_from_dict
+    for sharing in (0.9, 0.5):
+        prompts = scenario_from_dict(tl.scenario(0.3, sharing, 10.0, 1)).prompts
+        for label, (_, plan) in tl.PROBED.items():
+            assert (prompts.F, prompts.D) in plan.cached, (label, sharing)
