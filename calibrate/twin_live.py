@@ -40,7 +40,8 @@ KNEE_PROBES = "sglang-lpm"
 # Its cached-prefix probes add the study's own request shapes (L = 2,048: 205 new tokens over a cached
 # 1,843 at σ = 0.9, 1,024 over 1,024 at σ = 0.5): fitted without them, two SGLang instances whose probes
 # agreed within 5 % priced 205 over 1,843 at 85 and 95 ms, and twin-k's SGLang LPM TTFT p50 at λ = 0.39 moved
-# by 5–25 % with the profile (twin-k, twin-l).
+# by 5–25 % with the profile (twin-k, twin-l). Probed, the shape is priced as measured (twin-m: 89 against
+# 88 ms), and SGLang's TTFT under load is still underestimated: docs/twin-study.md.
 STUDY_CACHED = (*ProbePlan().cached, (1843, 205), (1024, 1024))
 STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
 CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)
