@@ -42,7 +42,24 @@ KNEE_PROBES = "sglang-lpm"
 # agreed within 5 % priced 205 over 1,843 at 85 and 95 ms, and twin-k's SGLang LPM TTFT p50 at λ = 0.39 moved
 # by 5–25 % with the profile (twin-k, twin-l). Probed, the shape is priced as measured (twin-m: 89 against
 # 88 ms), and SGLang's TTFT under load is still underestimated: docs/twin-study.md.
-STUDY_CACHED = (*ProbePlan().cached, (1843, 205), (1024, 1024))
+SHARINGS = (0.9, 0.5)            # the cells' sharing ratios σ: the rate sweep's, then the sharing sweep's
+
+
+def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
+    return {"name": f"rate{rate:g}-sigma{sharing:g}", "seed": seed, "duration_s": duration,
+            "arrivals": {"kind": "gamma", "rate": rate, "cv": 1.5},
+            "prompts": {"length": 2048, "sharing": sharing, "vocab_low": 2, "vocab_high": 4096},
+            "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
+            "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
+
+
+def request_shape(sharing: float) -> tuple[int, int]:
+    """A study request's (cached prefix, new suffix) tokens at this σ, as its traces compile them."""
+    prompts = scenario_from_dict(scenario(1.0, sharing, 10.0, 0)).prompts
+    return prompts.F, prompts.D
+
+
+STUDY_CACHED = (*ProbePlan().cached, *(request_shape(s) for s in SHARINGS))
 STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
 CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)
 # probes per configuration (directory under OUT/probes, plan): the plan on each engine's default
@@ -56,14 +73,6 @@ CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trac
 RUN_S = 40.0
 
 Cells = list[tuple[float, float]]
-
-
-def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
-    return {"name": f"rate{rate:g}-sigma{sharing:g}", "seed": seed, "duration_s": duration,
-            "arrivals": {"kind": "gamma", "rate": rate, "cv": 1.5},
-            "prompts": {"length": 2048, "sharing": sharing, "vocab_low": 2, "vocab_high": 4096},
-            "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
-            "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
 
 
 def cell(rate: float, sharing: float) -> str:

@@ -52,6 +52,7 @@ from calibrate.twin_live import (
     KNEE_PROBES,
     PROBED,
     RUN_S,
+    SHARINGS,
     Cells,
     calibration_dir,
     cell,
@@ -117,7 +118,7 @@ def scaled_checks(out: Path, conditions: list[tuple[float, float]], runs: list[R
 def known_cells(out: Path, rate: float | None) -> Cells | None:
     """The cells if already decided: given (--rate) or pinned by an earlier run."""
     if rate is not None:
-        return [(rate, 0.9)]
+        return [(rate, SHARINGS[0])]
     pinned = out / "conditions.json"
     if not pinned.is_file():
         return None
@@ -128,9 +129,13 @@ def known_cells(out: Path, rate: float | None) -> Cells | None:
 
 def fit_family(out: Path, family: str) -> Path:
     """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml."""
-    dest = out / "profiles" / f"cpu-{family}.yaml"
+    return fit_to(probe_dirs(out, family), family, out / "profiles" / f"cpu-{family}.yaml")
+
+
+def fit_to(dirs: list[Path], family: str, dest: Path) -> Path:
+    """Fit a profile for one engine family on these probe records → dest."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fit_probes(probe_dirs(out, family), "vllm-v1" if family == "vllm" else "sglang", "tiny-llama", "cpu-base", dest)
+    fit_probes(dirs, "vllm-v1" if family == "vllm" else "sglang", "tiny-llama", "cpu-base", dest)
     return dest
 
 
@@ -138,22 +143,20 @@ def knee_profile(out: Path) -> Path:
     """SGLang's profile for the capacity search: fitted on its default configuration's probes alone
     (``KNEE_PROBES``), so the cells are known before that instance serves its runs. Fitted on both SGLang
     probe sets instead, the recorded studies' knees were the same to the second decimal (0.44 and 0.60)."""
-    dest = out / "profiles" / "knee-sglang.yaml"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fit_probes([out / "probes" / PROBED[KNEE_PROBES][0]], "sglang", "tiny-llama", "cpu-base", dest)
-    return dest
+    return fit_to([out / "probes" / PROBED[KNEE_PROBES][0]], "sglang", out / "profiles" / "knee-sglang.yaml")
 
 
 def knee_cells(out: Path, quick: bool) -> Cells:
     """Cells around the knee of SGLang's fitted twin (capacity search), pinned in OUT/conditions.json."""
-    sc = scenario_from_dict(scenario(1.0, 0.9, 300.0, 1))
+    sc = scenario_from_dict(scenario(1.0, SHARINGS[0], 300.0, 1))
     cap = capacity_search(sc, "sglang-current", str(knee_profile(out)), "tiny-llama",
                           {"max_total_tokens": 65536, "schedule_policy": "lpm"},
                           lo=0.2, hi=4.0, seeds=(1,), context=8192)
     knee = cap.keeps_rate
-    conditions = [(round(0.6 * knee, 2), 0.9)] if quick else [(round(0.6 * knee, 2), 0.9),
-                                                              (round(1.1 * knee, 2), 0.9),
-                                                              (round(0.6 * knee, 2), 0.5)]
+    high, low = SHARINGS
+    conditions = [(round(0.6 * knee, 2), high)] if quick else [(round(0.6 * knee, 2), high),
+                                                               (round(1.1 * knee, 2), high),
+                                                               (round(0.6 * knee, 2), low)]
     (out / "conditions.json").write_text(json.dumps({"knee": knee, "conditions": conditions}) + "\n")
     print(f"simulated SGLang knee ≈ {knee:.2f} DAG/s; conditions {conditions}", file=sys.stderr)
     return conditions
