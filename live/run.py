@@ -196,9 +196,10 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
         flushed = await reset_prefix_cache(client, cfg.endpoint, cfg.headers()) if opts.cold_cache else None
         scraper = tm.Scraper(cfg.endpoint.rstrip("/") + "/metrics", opts.metrics_interval_s)
         stop = asyncio.Event()
-        start_unix = time.time()
         host0 = host.sample(engine_pid=opts.engine_pid)
-        scrape = asyncio.create_task(scraper.run(client, replay.start_clock(), stop))
+        t0 = replay.start_clock()
+        start_unix = time.time() - (time.perf_counter() - t0)     # the wall time of the records' t = 0
+        scrape = asyncio.create_task(scraper.run(client, t0, stop))
         try:
             await replay.run()
         except (asyncio.CancelledError, KeyboardInterrupt):

@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 
 class FakeOpenAI:
     def __init__(self, token_s: float = 0.0, fail_first: int = 0):
         self.token_s, self.fail_first = token_s, fail_first
         self.completions = 0
+        self.arrivals: list[float] = []      # wall time (time.time()) each completion request was read
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -44,6 +46,7 @@ class FakeOpenAI:
 
     async def _respond(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> None:
         if path.startswith("/v1/completions"):
+            self.arrivals.append(time.time())
             self.completions += 1
             if self.completions <= self.fail_first:
                 return self._plain(w, 500, "injected failure")

@@ -37,3 +37,32 @@ def test_retry_keep_failed_then_resume(tmp_path: Path):
         assert read_run(tmp_path / "cold" / "fake" / "seed-2").meta["prefix_cache_reset"] == "/reset_prefix_cache"
     finally:
         srv.stop()
+
+
+def test_the_run_window_is_the_wall_time_of_the_records_clock(tmp_path: Path, monkeypatch):
+    """run.json's start_unix + a request's send_s is when it was sent (Prometheus windows and engine logs
+    are matched to the records through it), however long the host sample before the clock starts takes."""
+    import time
+
+    from live import host
+    from live.dispatcher import DispatchConfig
+    from live.run import LiveOptions, run_live
+    from scenarios import compile_trace, scenario_from_dict
+
+    sample = host.sample
+
+    def slow_sample(**kw):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return sample(**kw)
+    monkeypatch.setattr(host, "sample", slow_sample)
+    srv = FakeOpenAI().start()
+    try:
+        trace = compile_trace(scenario_from_dict({"duration_s": 4, "arrivals": {"kind": "constant", "rate": 1.0},
+                                                  "prompts": {"prefix_tokens": 8, "suffix_tokens": 4}}))
+        rec = run_live(trace, DispatchConfig(endpoint=srv.url, model="fake", warmup=0), LiveOptions("fake"),
+                       tmp_path / "run")
+    finally:
+        srv.stop()
+    sent = sorted(rec.meta["run_window"]["start_unix"] + rec.requests["send_s"])
+    assert len(sent) == len(srv.arrivals) > 2
+    assert max(abs(a - s) for a, s in zip(sorted(srv.arrivals), sent, strict=True)) < 0.1

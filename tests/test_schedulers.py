@@ -260,3 +260,48 @@ def test_sglang_device_stream_streams_each_batch_at_its_end():
     old.complete(old.schedule(0, 0), 1, 0)
     old.complete(old.schedule(1, 1), 2, 1)          # x finishes here
     assert old.schedule(2, 2).shape.decodes == 2    # 0.4.1: the finished x still rides this decode
+
+
+def test_sglang_overlap_puts_a_prompt_in_the_tree_when_its_results_are_processed():
+    """Overlap (either stream): batch N+1 is scheduled before batch N's results are processed, so a request
+    scheduled into N+1 does not match the prompt N prefilled; one scheduled after N+1 does. Without overlap it
+    matches at once. (Live: of three planners sent within 0.11 s, the two sent while the first prefilled reported 0
+    cached tokens.)"""
+    def cached_after(preset: str, **over):  # type: ignore[no-untyped-def]
+        s = SglangScheduler(config(preset, **over))
+        a, b, c = (request(i, 400, max_tokens=8, shared=300) for i in range(3))
+        s.add(a, 0)
+        st = s.schedule(0, 0)
+        s.add(b, 0.5)                                # arrives while a's prefill runs
+        s.complete(st, 1, 0)
+        st = s.schedule(1, 1)                        # b is scheduled into the batch after a's
+        assert [r for r, _ in st.items] == [b]
+        s.complete(st, 2, 1)                         # a's results processed (overlap) at this batch's end
+        s.add(c, 2)
+        st = s.schedule(2, 2)
+        assert [r for r, _ in st.items] == [c]
+        s.complete(st, 3, 2)
+        s.check_integrity()
+        return b.cached_tokens, c.cached_tokens
+
+    assert cached_after("sglang-current", forward_stream="inline") == (0, 300)
+    assert cached_after("sglang-current", forward_stream="inline", disable_overlap_schedule=True) == (300, 300)
+
+
+def test_sglang_a_deferred_prompt_keeps_its_decode_slot_and_frees_its_duplicates():
+    """A request decoding before its prompt enters the tree keeps that slot private; its copy of a prefix
+    another request inserted first is freed when it is inserted."""
+    s = SglangScheduler(config("sglang-current", forward_stream="inline"))
+    a, b = request(0, 400, max_tokens=8, shared=300), request(1, 400, max_tokens=8, shared=300)
+    s.add(a, 0)
+    s.add(b, 0)
+    st = s.schedule(0, 0)
+    assert [r for r, _ in st.items] == [a, b] and b.cached_tokens == 0   # both computed in full
+    s.complete(st, 1, 0)
+    free = s.available
+    st = s.schedule(1, 1)                            # a decode: one slot each, prompts not yet inserted
+    assert st.kind == "decode" and s.available == free - 2
+    s.complete(st, 2, 1)                             # results processed: b's 300 duplicate slots freed
+    s.check_integrity()
+    assert s.available == free - 2 + 300
+    assert a.engine.kv_len == 401 and a.engine.prefix_len == 400

@@ -15,7 +15,12 @@ step late). On a CPU the overlap scheduler's forward runs inline on the schedule
 (``forward_stream: inline``; streams are no-ops there): an iteration schedules batch N+1, runs it, then
 processes batch N's results — so a request arriving during a batch is seen by the next one, but a batch's
 tokens reach the client (and its finished requests their callers) only after the next batch's forward,
-or at once when nothing else is to run.
+or at once when nothing else is to run. In either overlap mode a finished prefill's prompt enters the
+radix tree when batch N's results are processed (``checkpoint_kv_cache`` in ``process_batch_result_prefill``),
+after batch N+1 has been scheduled: a request scheduled into batch N+1 does not match it (measured: three
+agent planners arriving within 0.11 s of each other on a fresh SGLang 0.5.23 CPU instance — the second and
+third report 0 cached tokens, not 1,843). A request being chunked is checkpointed when the next batch is
+scheduled, so its chunks match at once.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class SglangScheduler(SchedulerBase):
         self.unsent: list[Request] = []       # inline: emitted their token in the last step, not yet streamed
         self.unreported: list[Request] = []   # inline: finished in the last step, not yet reported
         self.lame_ducks: list[Request] = []     # finished last step, released after this one
+        self.unprocessed: list[tuple[Request, int]] = []   # overlap: prefilled last step, prompt not yet in the tree
         self.inbox: list[tuple[float, Request]] = []   # received but not yet seen by the scheduler
         self._last_step_at: float | None = None        # when the batch now finishing was scheduled
         chunk = cfg.chunked_prefill_size
@@ -120,7 +126,9 @@ class SglangScheduler(SchedulerBase):
         existing = self.tree.insert(key, now)
         dup = max(existing - st.prefix_len, 0)
         new_owned = n_tokens - max(existing, st.prefix_len)
-        extra = st.kv_len - n_tokens            # slots beyond the inserted key (the last token)
+        # slots beyond the key: freed at finish (the last token), kept private while the request runs
+        # (a decode that ran before its prefill's results were processed)
+        extra = st.kv_len - n_tokens if finished else 0
         self.private -= dup + new_owned + extra
         self.available += dup + extra
         self.tree.dec_lock_ref(st.node)
@@ -129,7 +137,7 @@ class SglangScheduler(SchedulerBase):
             return
         node = self.tree.node_for(key, now)
         self.tree.inc_lock_ref(node)
-        st.node, st.prefix_len, st.kv_len = node, n_tokens, n_tokens
+        st.node, st.prefix_len = node, n_tokens
 
     def _release(self, r: Request, now: float) -> None:
         st: SgState | None = r.engine
@@ -250,6 +258,7 @@ class SglangScheduler(SchedulerBase):
         steps = self.cfg.retract_decode_steps
         while len(order) > 1 and (not retracted or self.available < len(order) * steps):
             victim = order.pop()
+            self.unprocessed = [(r, n) for r, n in self.unprocessed if r is not victim]   # skipped when processed
             st: SgState = victim.engine
             self.private -= st.kv_len - st.prefix_len
             self.available += st.kv_len - st.prefix_len
@@ -320,13 +329,21 @@ class SglangScheduler(SchedulerBase):
         self.unsent, self.unreported = [], []
         return reported
 
+    def _process_prefills(self, now: float) -> None:
+        """Overlap: the last batch's prefilled prompts enter the tree (its results are processed)."""
+        for r, n in self.unprocessed:
+            self._cache_req(r, n, now, finished=False)
+        self.unprocessed = []
+
     def flush(self, now: float) -> list[Request]:
+        self._process_prefills(now)
         return self._deliver(now) if self.inline else []
 
     def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
         for r in self.lame_ducks:
             self._release(r, now)
         self.lame_ducks = []
+        self._process_prefills(now)
         reported = self._deliver(now) if self.inline else []
         before = [r.output_len for r, _ in step.items] if self.inline else []
         done = self.advance(step, now)
@@ -338,7 +355,10 @@ class SglangScheduler(SchedulerBase):
                 if r is self.being_chunked:
                     self._cache_req(r, st.kv_len, now, finished=False)
                 elif not r.is_finished:
-                    self._cache_req(r, st.kv_len, now, finished=False)
+                    if self.overlap:
+                        self.unprocessed.append((r, st.kv_len))
+                    else:
+                        self._cache_req(r, st.kv_len, now, finished=False)
                     self.running.append(r)
             self.batch_is_full = False
         if done:
@@ -368,6 +388,7 @@ class SglangScheduler(SchedulerBase):
         elif not any(x is r for x in self.running):
             return
         self.running = [x for x in self.running if x is not r]
+        self.unprocessed = [(x, n) for x, n in self.unprocessed if x is not r]
         st: SgState | None = r.engine
         if st is not None:
             self.private -= st.kv_len - st.prefix_len
