@@ -17,10 +17,11 @@ from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
 PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s",
-          "per_prefill_token_s")
+          "per_prefill_token_s", "per_prefill_seq_s")
 BOUNDS = {"eta_compute": (0.02, 1.0), "eta_bandwidth": (0.05, 1.0), "kappa_kv": (0.02, 4.0), "kappa_attn": (0.1, 20.0),
           "step_graph_s": (0.0, 0.5), "step_eager_s": (0.0, 0.5), "per_seq_s": (0.0, 0.01),
-          "per_prefill_token_s": (0.0, 1e-3), "kv_shared_cost": (0.0, 1.0), "request_s": (0.0, 0.1)}
+          "per_prefill_token_s": (0.0, 1e-3), "per_prefill_seq_s": (0.0, 0.2), "kv_shared_cost": (0.0, 1.0),
+          "request_s": (0.0, 0.1)}
 
 
 HARDWARE_PARAMS = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "kv_shared_cost")  # the rest: overheads

@@ -16,7 +16,7 @@ FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s"
         "per_prefill_token_s", "kv_shared_cost")
 
 
-def free_params(family: str) -> tuple[str, ...]:
+def free_params(family: str, batched: bool = False) -> tuple[str, ...]:
     """The coefficients a probe fit frees for an engine family. The front end's per-request latency
     (``request_s``) is separate from step costs only where the front end has cores of its own: vLLM's CPU
     backend binds the model's threads to all cores but one and leaves that one to its API server and
@@ -24,8 +24,12 @@ def free_params(family: str) -> tuple[str, ...]:
     latency. SGLang's CPU path binds its threads to every core (``local_omp_cpuid=0,1`` on two), so its
     tokenizer and detokenizer processes take their per-request work from the forward: engine time, which
     the step overheads carry (measured: each 64-token request injected among 8 decoding streams took
-    4–16 ms of their time, its own prefill step included)."""
-    return FREE + ("request_s",) if family.startswith("vllm") else FREE
+    4–16 ms of their time, its own prefill step included).
+
+    ``per_prefill_seq_s`` (a prefilled request's fixed cost) is freed only where batched probes make it
+    separable from a prefill step's: with lone prefills only, the two are one number."""
+    extra = ("per_prefill_seq_s",) if batched else ()
+    return FREE + extra + (("request_s",) if family.startswith("vllm") else ())
 
 
 MIXED_DECODE_CONTEXT = 300          # the mixed probe's decodes: 256-token prompts, ~50 tokens in
@@ -58,6 +62,19 @@ def prefill_steps(new: int, hit: int, budget: int | None) -> Steps:
         steps.append((1.0, b))
         done += k
     return steps
+
+
+def batched_steps(new: int, ctx: int, k: int, bs: int) -> Steps:
+    """k requests over one cached prefix sent at once to an idle engine, as SGLang's CPU path runs them
+    (measured with its scheduler's own step times): the first to reach the scheduler is prefilled alone
+    (an idle scheduler polls without pause), the rest, arriving during that forward, in the next batch;
+    every token goes out when that batch ends (nothing else to run)."""
+    hit = (ctx // bs) * bs
+    first, rest = BatchShape(), BatchShape()
+    first.add_prefill(new + ctx - hit, hit, True)
+    for _ in range(k - 1):
+        rest.add_prefill(new + ctx - hit, hit, True)
+    return [(1.0, first)] + ([(1.0, rest)] if k > 1 else [])
 
 
 def _sglang_mixed_window(n: int, c: int, cfg: dict[str, Any]) -> Steps:
@@ -105,11 +122,15 @@ def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[Observed
     req = rec.requests.set_index("request_id")
     groups: dict[tuple[str, int, int, int], list[float]] = {}
     by_length: dict[tuple[int, int, int], dict[int, list[float]]] = {}  # decode: (shared, ctx, c) → length → E2E
+    together: dict[tuple[tuple[str, int, int, int], int], list[tuple[float, float]]] = {}   # batched: (send, first)
     for p in rec.meta["probes"]:
         r = req.loc[p["request_id"]]
         if not bool(r["ok"]):
             continue
         key = (p["kind"], p["new_tokens"], p["context"], p["concurrency"])
+        if p["kind"] == "batched":
+            together.setdefault((key, int(p["repeat"])), []).append((float(r["send_s"]), float(r["first_token_s"])))
+            continue
         if p["kind"] == "decode" and p.get("max_tokens", 1) > 1:
             by_length.setdefault((p["new_tokens"], p["context"], p["concurrency"]), {}).setdefault(
                 int(p["max_tokens"]), []).append(float(r["last_token_s"] - r["send_s"]))
@@ -125,6 +146,12 @@ def observations(rec: RunRecord, family: str = "vllm-v1") -> list[tuple[Observed
             y = (min(lengths[hi]) - min(lengths[lo])) / (hi - lo)
             if y > 0:
                 groups[("decode", shared, ctx, c)] = [y]
+    budget = chunk_budget(cfg)
+    for (key, _), sent in together.items():
+        if budget is not None and (key[3] - 1) * key[1] > budget:
+            continue                            # the rest would not fit one batch: not the shape modelled
+        if len(sent) == key[3]:                 # every request of the group answered: its window
+            groups.setdefault(key, []).append(max(f for _, f in sent) - min(t for t, _ in sent))
     out = []
     for (kind, n, ctx, c), ys in sorted(groups.items()):
         out.append((_shape(kind, n, ctx, c, bs, cfg, family), min(ys), kind))
@@ -161,6 +188,8 @@ def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], fa
     if kind == "cached":
         hit = (ctx // bs) * bs                  # whole cached blocks of the shared part
         return Window(prefill_steps(n + ctx - hit, hit, chunk_budget(cfg)))
+    if kind == "batched":
+        return Window(batched_steps(n, ctx, c, bs))
     b = BatchShape()
     for _ in range(c):
         b.add_decode(ctx)
@@ -175,7 +204,7 @@ def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base
     recs = [read_run(p) for p in paths]
     obs = [o for r in recs for o in observations(r, engine_family)]
     full = any(extends_whole_sequence(r.meta.get("engine_config", {}).get("attention_backend")) for r in recs)
-    free = free_params(engine_family)
+    free = free_params(engine_family, batched=any(kind == "batched" for _, _, kind in obs))
     if len(obs) < len(free):
         raise ServetwinError(f"only {len(obs)} usable probe observations; need at least {len(free)}")
     hw, mp = load_hardware(base), load_model(model)

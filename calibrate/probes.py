@@ -53,6 +53,10 @@ class ProbePlan:
     mixed: tuple[tuple[int, int], ...] = ((2048, 4), (4096, 8))      # (prompt tokens, decoding requests)
     shared_decode: tuple[int, ...] = (8, 32)      # decode batches whose 2,048-token prompts share 90 %
     shared_prefix: int = 1843
+    # (cached prefix, new tokens, k): k requests over one cached prefix sent at once to an idle engine —
+    # what separates a prefill step's fixed cost from each prefilled request's (SGLang's torch_native
+    # extend attends each request on its own: k at once take about k times one)
+    batched: tuple[tuple[int, int, int], ...] = ()
     repeats: int = 3
     warm_passes: int = 1
     vocab: tuple[int, int] = (2, 4096)
@@ -136,6 +140,12 @@ class Prober:
                 await asyncio.gather(*[self._send(pre + self._ids(prompt - p.shared_prefix), out, r) for r in rows])
         for n, c in p.mixed:
             await self._mixed(n, c, -1 if k is None else k)
+        for L, d, c in p.batched:
+            base = self._ids(L)
+            await self._send(base, 1, None)                          # warm the prefix
+            await asyncio.sleep(0.2)                                 # an idle engine when they arrive
+            rows = [None if k is None else ProbeRow(0, "batched", d, L, c, k) for _ in range(c)]
+            await asyncio.gather(*[self._send(base + self._ids(d), 1, r) for r in rows])
 
     async def _mixed(self, n: int, c: int, k: int) -> None:
         """c long decodes; once they stream, a prompt of n tokens; the window's decode rate is recorded

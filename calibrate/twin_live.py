@@ -61,13 +61,19 @@ def request_shape(sharing: float) -> tuple[int, int]:
 
 STUDY_CACHED = (*ProbePlan().cached, *(request_shape(s) for s in SHARINGS))
 STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
+# SGLang's default configuration also probes the σ = 0.9 shape 2, 4 and 8 at once: its CPU path prefills
+# k requests in about k times one request's time (its torch_native extend attends each on its own), so a
+# fit on lone prefills alone puts that per-request cost in the step and prices a burst of agent workers
+# 15-25 % low (twin-n; docs/twin-study.md)
+BATCHED = tuple((*request_shape(SHARINGS[0]), k) for k in (2, 4, 8))
+SGLANG_PLAN = replace(STUDY_PLAN, batched=BATCHED)
 CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)
 # probes per configuration (directory under OUT/probes, plan): the plan on each engine's default
 # configuration, the shapes a chunk budget changes on its 512-token one (prefill steps are separated
 # from the front end's per-request latency only by an engine run both ways)
 PROBED: dict[str, tuple[str, ProbePlan]] = {
     "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", CHUNK_PLAN),
-    "sglang-lpm": ("sglang", STUDY_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
+    "sglang-lpm": ("sglang", SGLANG_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
 CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
 # each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
 RUN_S = 40.0

@@ -6,7 +6,8 @@ already in KV) and decodes j (context c_j),
     T_new = Σq_i + |D|            S = |D| + #prefills that finish (sample) this step
     F     = 2·N_lin·T_new + 2·N_lm·S + κ_attn·A·[Σ(q_i·c_i + q_i(q_i+1)/2) + Σ(c_j + 1)]
     M     = W + κ_kv·KV·(Σc_i + Σc_j) + KV·T_new
-    T     = overhead + per_seq·#seqs + per_prefill_token·Σ(c_i+q_i) + sqrt((F/(η_c·P))² + (M/(η_b·BW))²)
+    T     = overhead + per_seq·#seqs + per_prefill_seq·#prefills + per_prefill_token·Σ(c_i+q_i)
+            + sqrt((F/(η_c·P))² + (M/(η_b·BW))²)
             (+ all-reduce under TP; per_prefill_token is host-side work per token of each prefilled sequence)
 
 An attention backend that attends a prefill chunk as if its whole sequence were new (SGLang's
@@ -121,6 +122,7 @@ class CostModel:
             comm = 2 * self.model.layers * per_ar
         graph = b.is_pure_decode and b.decodes <= self.graph_max_bs
         ovh = (self.ovh.step_graph_s if graph else self.ovh.step_eager_s) + self.ovh.per_seq_s * b.seqs \
+            + self.ovh.per_prefill_seq_s * b.prefill_seqs \
             + self.ovh.per_prefill_token_s * (b.prefill_ctx + b.prefill_tokens)
         return StepCost(flops * self._fc, mem * self._fm, comm, ovh)
 

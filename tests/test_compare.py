@@ -444,3 +444,73 @@ def test_twin_study_client_table_names_each_engines_busiest_process():
                       run("vllm-nochunk", None)]).set_index("config")
     assert t.loc["sglang-lpm", "engine_busiest_process"] == "sglang::schedul: 1.70 CPU, waited 20%"
     assert t.loc["vllm-nochunk", "engine_busiest_process"] == "—"
+
+
+def sglang_batched_probes(path: Path, true: dict, batched: bool, seed: int = 5) -> None:
+    """An SGLang probe record (lone prefills, cached prefills, decodes; with ``batched``, k requests over
+    one cached prefix at once) whose times come from the cost model with ``true`` coefficients (+1 %
+    noise); a batch of k is timed as the engine runs it: the first request alone, the rest together."""
+    hw = with_params(load_hardware("cpu-base"), "sglang", true)
+    cm = CostModel(hw, load_model("tiny-llama"), "sglang")
+    rng = np.random.default_rng(seed)
+    rows, probes = [], []
+
+    def add(kind: str, n: int, ctx: int, c: int, t: float, tokens: int = 1, rep: int = 0, first: float = 0.0) -> None:
+        rid = len(rows)
+        f = first or 0.01 + t * (1 + rng.normal(0, 0.01))
+        rows.append({"request_id": rid, "dag_id": rid, "role": "probe", "planned_s": 0.0, "send_s": 0.01,
+                     "first_token_s": f, "last_token_s": f + (tokens - 1) * t, "output_tokens": tokens,
+                     "prompt_tokens": n + ctx, "cached_tokens": np.nan, "ok": True, "error": ""})
+        probes.append(dataclasses.asdict(ProbeRow(rid, kind, n, ctx, c, rep, tokens)))
+
+    def prefills(k: int, n: int, ctx: int) -> float:
+        b = BatchShape()
+        for _ in range(k):
+            b.add_prefill(n, ctx, True)
+        return cm.step_time(b)
+    for rep in range(2):
+        for n in (128, 512, 1024, 2048):
+            add("prefill", n, 0, 1, prefills(1, n, 0), rep=rep)
+        for ctx, n in ((512, 64), (2048, 64), (1024, 1024), (1856, 192)):
+            add("cached", n, ctx, 1, prefills(1, n, ctx), rep=rep)
+        for c in (1, 2, 4, 8, 16):
+            b = BatchShape()
+            for _ in range(c):
+                b.add_decode(2100)
+            for out in (16, 64):
+                for _ in range(c):
+                    add("decode", 1, 2100, c, cm.step_time(b), tokens=out, rep=rep, first=0.05 * c)
+        for k in (2, 4, 8) if batched else ():
+            end = 0.01 + (prefills(1, 192, 1856) + prefills(k - 1, 192, 1856)) * (1 + rng.normal(0, 0.01))
+            for _ in range(k):
+                add("batched", 192, 1856, k, 0.0, rep=rep, first=end)
+    meta = {"run_id": "p", "source": "probe", "trace_digest": "", "scenario": {}, "seed": 0, "engine": "probe",
+            "engine_config": {"block_size": 1, "chunked_prefill_size": 4096}, "hardware": "live",
+            "model": "tiny-llama", "offered_load_rps": 0.0, "run_window": {"duration_s": 1.0}, "exclusion": {},
+            "telemetry_summary": {}, "versions": {}, "probes": probes}
+    write_run(RunRecord(meta=meta, requests=pd.DataFrame(rows)), path)
+
+
+def test_batched_probes_separate_each_prefilled_requests_cost_from_the_steps(tmp_path: Path):
+    """An engine whose prefill cost is per request (15 ms each, as SGLang's CPU path: k requests at once
+    take about k times one): lone prefills cannot tell that from a step's fixed cost, and the fit prices
+    8 at once low; probing 2, 4 and 8 at once recovers it."""
+    true = {**TRUE, "step_eager_s": 0.001, "per_prefill_seq_s": 0.015}
+    cm = CostModel(with_params(load_hardware("cpu-base"), "sglang", true), load_model("tiny-llama"), "sglang")
+    eight = BatchShape()
+    for _ in range(8):
+        eight.add_prefill(192, 1856, True)
+    for batched in (False, True):
+        sglang_batched_probes(tmp_path / str(batched), true, batched)
+        res, obs = fit_probes([tmp_path / str(batched)], "sglang", "tiny-llama", "cpu-base", tmp_path / "f.yaml")
+        fit = CostModel(with_params(load_hardware("cpu-base"), "sglang", res.params), load_model("tiny-llama"),
+                        "sglang")
+        err = fit.step_time(eight) / cm.step_time(eight) - 1
+        if batched:
+            assert [len(o.steps) for o, _, k in obs if k == "batched"] == [2, 2, 2]    # alone, then the rest
+            assert res.params["per_prefill_seq_s"] == pytest.approx(0.015, abs=0.003)
+            assert abs(err) < 0.05
+            assert load_hardware(str(tmp_path / "f.yaml")).overhead("sglang").per_prefill_seq_s == pytest.approx(
+                res.params["per_prefill_seq_s"], abs=1e-6)
+        else:
+            assert "per_prefill_seq_s" not in res.params and err < -0.1
