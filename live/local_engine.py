@@ -198,6 +198,7 @@ class SglangCpu(VllmCpu):
     policy: str = "lpm"
     max_total_tokens: int = 65536
     log_path: Path = field(default_factory=lambda: Path("sglang-engine.log"))
+    step_log: Path | None = None      # a file prefix: the scheduler's forwards logged (live/sglang_cpu/steplog)
 
     def argv(self) -> list[str]:
         a = [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(self.model_dir), "--device", "cpu",
@@ -211,8 +212,12 @@ class SglangCpu(VllmCpu):
         return a + self.extra
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "PYTHONPATH": str(ROOT / "live" / "sglang_cpu")}
+        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "PYTHONPATH": str(ROOT / "live" / "sglang_cpu")}
+        if self.step_log is not None:
+            env["PYTHONPATH"] = f"{ROOT / 'live' / 'sglang_cpu' / 'steplog'}{os.pathsep}{env['PYTHONPATH']}"
+            env["SERVETWIN_SGLANG_STEPLOG"] = str(Path(self.step_log).resolve())
+        return env
 
     def expected(self) -> dict[str, object]:
         exp: dict[str, object] = {"schedule_policy": self.policy, "max_total_tokens": self.max_total_tokens}

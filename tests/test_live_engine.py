@@ -177,17 +177,21 @@ def test_compare_two_cpu_configurations(engine: VllmCpu, model_dir: Path, tmp_pa
 
 def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_path: Path):
     """SGLang on its CPU path: starts, serves a seeded agent trace with radix hits, resolves its
-    configuration, and its simulated twin builds a comparison at a small scale."""
+    configuration, and its simulated twin builds a comparison at a small scale. Its scheduler's step log
+    records the forwards it ran, a batched probe's requests prefilled together among them."""
     import math
 
     from calibrate.compare import compare
+    from calibrate.engine_steps import priced, read_forwards
     from calibrate.probe_fit import fit_probes
     from calibrate.probes import ProbePlan, probe
     from live.local_engine import SglangCpu
-    eng = SglangCpu(model_dir, port=free_port(), log_path=tmp_path / "sglang.log").start()
+    from simulator.cost_model import CostModel
+    from simulator.profiles import load_hardware, load_model
+    eng = SglangCpu(model_dir, port=free_port(), log_path=tmp_path / "sglang.log", step_log=tmp_path / "steps").start()
     try:
         plan = ProbePlan(prefill_lengths=(64, 512, 2048), cached=((1024, 64),), decode_batches=(1, 4, 8), repeats=1,
-                         decode_tokens=32)
+                         decode_tokens=32, batched=((1024, 64, 4),))
         probe(eng.url, "tiny-llama", tmp_path / "probe", plan, str(eng.log_path))
         trace = small_trace(duration=25.0, seed=4)
         rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=2),
@@ -207,7 +211,15 @@ def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_pat
     cfg = rec.meta["engine_config"]
     assert cfg["schedule_policy"] == "lpm" and cfg["page_size"] == 1 and not rec.meta["config_warnings"]
     assert rec.meta["telemetry_summary"]["prefix_hit_tokens"] > 0
-    fit_probes([tmp_path / "probe"], "sglang", "tiny-llama", "cpu-base", tmp_path / "cpu-sglang.yaml")
+    res, _ = fit_probes([tmp_path / "probe"], "sglang", "tiny-llama", "cpu-base", tmp_path / "cpu-sglang.yaml")
+    assert "per_prefill_seq_s" in res.params                              # freed by the batched probe
+    runs = read_forwards(tmp_path / "steps")
+    extends = [r for r in runs if r["mode"] == "EXTEND"]
+    assert any(len(r["reqs"]) > 1 and all(q == 64 and c == 1024 for _, q, c in r["reqs"]) for r in extends)
+    assert {r["mode"] for r in runs} >= {"EXTEND", "DECODE"}
+    cost = CostModel(load_hardware(str(tmp_path / "cpu-sglang.yaml")), load_model("tiny-llama"), "sglang", 1, 1 << 20,
+                     True)
+    assert priced(runs, cost)["ratio"].between(0.05, 20).all()
     t = compare([read_run(tmp_path / "live" / "sglang")], tmp_path / "sim", str(tmp_path / "cpu-sglang.yaml"),
                 "tiny-llama")
     core = t["side_by_side"][t["side_by_side"]["metric"].isin(["ttft_p50", "e2e_p50", "throughput"])]
