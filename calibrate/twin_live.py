@@ -99,7 +99,7 @@ def engine(kind: str, opts: dict[str, Any], log: Path) -> VllmCpu:
     model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
     if kind == "sglang":
         return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],
-                         log_path=log)
+                         log_path=log, step_log=log.with_suffix(".steps"))   # its forwards: calibrate.engine_steps
     return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log)
 
 

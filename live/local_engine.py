@@ -158,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-total-tokens", type=int, default=65536, help="SGLang KV pool cap")
     ap.add_argument("--kv-gib", type=int, default=1)
     ap.add_argument("--log", default="vllm-engine.log")
+    ap.add_argument("--step-log", default=None, help="SGLang: log its scheduler's forwards to STEP_LOG.<pid>")
     a = ap.parse_args(argv)
     model = tiny_model(Path(a.model_dir))
     if a.engine == "sglang":
         eng: VllmCpu = SglangCpu(model, a.port, a.prefix_caching, a.chunked_prefill, policy=a.policy or "lpm",
-                                 max_total_tokens=a.max_total_tokens, log_path=Path(a.log))
+                                 max_total_tokens=a.max_total_tokens, log_path=Path(a.log),
+                                 step_log=Path(a.step_log) if a.step_log else None)
     else:
         eng = VllmCpu(model, a.port, a.prefix_caching, a.chunked_prefill, a.block_size, a.policy or "fcfs",
                       a.kv_gib, log_path=Path(a.log))
