@@ -54,8 +54,8 @@ class ProbePlan:
     shared_decode: tuple[int, ...] = (8, 32)      # decode batches whose 2,048-token prompts share 90 %
     shared_prefix: int = 1843
     # (cached prefix, new tokens, k): k requests over one cached prefix sent at once to an idle engine —
-    # what separates a prefill step's fixed cost from each prefilled request's (SGLang's torch_native
-    # extend attends each request on its own: k at once take about k times one)
+    # what separates a prefill step's fixed cost from each prefilled request's (with lone prefills only,
+    # the two are one number)
     batched: tuple[tuple[int, int, int], ...] = ()
     repeats: int = 3
     warm_passes: int = 1

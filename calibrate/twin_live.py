@@ -61,10 +61,10 @@ def request_shape(sharing: float) -> tuple[int, int]:
 
 STUDY_CACHED = (*ProbePlan().cached, *(request_shape(s) for s in SHARINGS))
 STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
-# SGLang's default configuration also probes the σ = 0.9 shape 2, 4 and 8 at once: its CPU path prefills
-# k requests in about k times one request's time (its torch_native extend attends each on its own), so a
-# fit on lone prefills alone puts that per-request cost in the step and prices a burst of agent workers
-# 15-25 % low (twin-n; docs/twin-study.md)
+# SGLang's default configuration also probes the σ = 0.9 shape 2, 4 and 8 at once, as agent workers arrive:
+# a fit on lone prefills cannot tell a prefill step's fixed cost from each request's (twin-n's instance:
+# 91 ms alone, 81-92 ms per request in batches; fitted 12 ms per step and 3.2 ms per request against a
+# lone-prefill fit's 15.2 ms per step and none per request; docs/cost-model.md)
 BATCHED = tuple((*request_shape(SHARINGS[0]), k) for k in (2, 4, 8))
 SGLANG_PLAN = replace(STUDY_PLAN, batched=BATCHED)
 CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)

@@ -122,8 +122,8 @@ class Overheads:
     step_eager_s: float
     per_seq_s: float
     per_prefill_token_s: float = 0.0   # host-side work per token of each prefilled sequence (its whole length)
-    per_prefill_seq_s: float = 0.0   # fixed work per prefilled sequence beyond per_seq_s (SGLang's torch_native
-    #                                  extend runs each request's attention on its own)
+    per_prefill_seq_s: float = 0.0   # fixed work per prefilled sequence beyond per_seq_s (fitted only with
+    #                                  probes that prefill several requests at once)
     request_s: float = 0.0   # the front end's latency per request (HTTP, input processing, hand-off to the
     #                          scheduler, first token back): it delays the request, it does not lengthen steps
     decode_scale: float = 1.0  # pure-decode steps of one engine instance under serving load vs its probes'
