@@ -258,7 +258,6 @@ class SglangScheduler(SchedulerBase):
         steps = self.cfg.retract_decode_steps
         while len(order) > 1 and (not retracted or self.available < len(order) * steps):
             victim = order.pop()
-            self.unprocessed = [(r, n) for r, n in self.unprocessed if r is not victim]   # skipped when processed
             st: SgState = victim.engine
             self.private -= st.kv_len - st.prefix_len
             self.available += st.kv_len - st.prefix_len
@@ -269,6 +268,7 @@ class SglangScheduler(SchedulerBase):
             if self.available < len(order) * steps:
                 self.available += self.tree.evict(len(order) * steps - self.available)
         self.running = [r for r in self.running if r in order]
+        self.unprocessed = [(r, n) for r, n in self.unprocessed if r in order]   # a retracted one is skipped
         self.waiting.extend(retracted)
         decoded = sum(r.output_len for r in self.running)
         max_new = sum(r.max_tokens for r in self.running)
