@@ -219,7 +219,8 @@ def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_pat
     assert {r["mode"] for r in runs} >= {"EXTEND", "DECODE"}
     cost = CostModel(load_hardware(str(tmp_path / "cpu-sglang.yaml")), load_model("tiny-llama"), "sglang", 1, 1 << 20,
                      True)
-    assert priced(runs, cost)["ratio"].between(0.05, 20).all()
+    ratios = priced(runs, cost).groupby("mode")["ratio"].median()   # the engine's first, cold forwards: ~20x
+    assert ratios[["EXTEND", "DECODE"]].between(0.3, 3).all(), ratios
     t = compare([read_run(tmp_path / "live" / "sglang")], tmp_path / "sim", str(tmp_path / "cpu-sglang.yaml"),
                 "tiny-llama")
     core = t["side_by_side"][t["side_by_side"]["metric"].isin(["ttft_p50", "e2e_p50", "throughput"])]
