@@ -61,8 +61,10 @@ def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return ("vllm-0.6.3" if v0 else "vllm-v1"), over
 
 
-def twin(live: RunRecord, hardware: str, model: str, record_tokens: bool = False) -> RunRecord:
-    """Simulate the live run's trace with its resolved configuration (with per-token times if asked)."""
+def twin(live: RunRecord, hardware: str, model: str, record_tokens: bool = False,
+         step_log: list[dict[str, Any]] | None = None) -> RunRecord:
+    """Simulate the live run's trace with its resolved configuration (with per-token times and a step log
+    if asked)."""
     sc = scenario_from_dict({**live.meta["scenario"], "seed": live.meta["seed"]}, f"{live.path}/run.json")
     trace = compile_trace(sc)
     if trace.digest != live.meta["trace_digest"]:
@@ -71,7 +73,8 @@ def twin(live: RunRecord, hardware: str, model: str, record_tokens: bool = False
     preset, over = engine_for(live.meta["engine_config"])
     ctx = over.get("max_model_len") or over.get("context_length")
     rec = simulate(trace, preset, hardware, model, over, context=ctx,
-                   timeout_s=float(live.meta.get("request_timeout_s", 300.0)), record_tokens=record_tokens)
+                   timeout_s=float(live.meta.get("request_timeout_s", 300.0)), record_tokens=record_tokens,
+                   step_log=step_log)
     rec.meta["labels"] = {**live.meta.get("labels", {}), "config": live.meta["engine"], "twin_of": live.run_id}
     rec.meta["engine"] = live.meta["engine"]
     return rec

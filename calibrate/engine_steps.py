@@ -25,21 +25,24 @@ from simulator.profiles import load_hardware, load_model
 SIZES = (0, 1, 2, 4, 8, 16, 1 << 20)
 
 
-def read_forwards(prefix: str | Path) -> list[dict[str, Any]]:
-    """Every ``run`` event of the step log's files (one per scheduler process), in time order."""
+def read_events(prefix: str | Path) -> list[dict[str, Any]]:
+    """Every event of a step log's files (one per scheduler process), in time order."""
     files = sorted(glob.glob(f"{prefix}.*"))
     if not files:
         raise ServetwinError(f"no step log at {prefix}.<pid> (start SGLang with SglangCpu(step_log=...))")
-    runs = []
+    events = []
     for f in files:
         for n, line in enumerate(Path(f).read_text().splitlines(), 1):
             try:
-                ev = json.loads(line)
+                events.append(json.loads(line))
             except json.JSONDecodeError as err:
                 raise ServetwinError(f"{f}:{n}: not a step-log line ({err.msg})") from None
-            if ev.get("ev") == "run" and ev.get("reqs"):
-                runs.append(ev)
-    return sorted(runs, key=lambda e: e["t0"])
+    return sorted(events, key=lambda e: e.get("t0", e.get("t", 0.0)))
+
+
+def read_forwards(prefix: str | Path) -> list[dict[str, Any]]:
+    """Every ``run`` event (a forward with requests) of the step log, in time order."""
+    return [e for e in read_events(prefix) if e.get("ev") == "run" and e.get("reqs")]
 
 
 def shape(ev: dict[str, Any]) -> BatchShape:

@@ -6,6 +6,11 @@ per-request latency, 0 unless fitted). Ties: SimPy orders events at the same sim
 order in which they were scheduled; a step's completion and an arrival at the same instant are
 therefore handled in scheduling order, and requests that become issuable during a step are seen by the
 next ``schedule()`` call. Client timeouts are applied at step boundaries.
+
+With a ``step_log`` list the replica appends one event per step in the schema of the engine's own step
+log (live/sglang_cpu/steplog): ``{"ev": "run", "t0", "t1", "mode", "reqs"}``, mode EXTEND (prefill),
+DECODE or MIXED, each request as [request index, new tokens, cached tokens] while it prefills or
+[request index, sequence length] while it decodes, read before the step runs.
 """
 
 from __future__ import annotations
@@ -17,13 +22,29 @@ import simpy
 
 from simulator.cost_model import CostModel
 from simulator.request import Request
+from simulator.schedulers.base import Step
 from simulator.telemetry import Telemetry
+
+MODES = {"prefill": "EXTEND", "decode": "DECODE", "mixed": "MIXED"}
+
+
+def step_event(step: Step, t0: float) -> dict[str, Any]:
+    """The step as the engine's step log writes a forward (``t1`` is set when it ends)."""
+    reqs: list[list[int]] = []
+    for r, n in step.items:
+        if r.num_computed < r.fill_len:
+            reqs.append([r.idx, n, r.num_computed])
+        else:
+            reqs.append([r.idx, r.context_len])
+    return {"ev": "run", "t0": t0, "t1": t0, "mode": MODES.get(step.kind, step.kind.upper()), "reqs": reqs}
 
 
 class Replica:
     def __init__(self, env: simpy.Environment, scheduler: Any, cost: CostModel, telemetry: Telemetry,
-                 on_finish: Callable[[Request], None], check_every: int = 0):
+                 on_finish: Callable[[Request], None], check_every: int = 0,
+                 step_log: list[dict[str, Any]] | None = None):
         self.env, self.sched, self.cost, self.tel = env, scheduler, cost, telemetry
+        self.step_log = step_log
         self.on_finish = on_finish
         self.check_every = check_every
         self.step_id = 0
@@ -94,7 +115,11 @@ class Replica:
             if step.shape.decodes:
                 step.shape.decode_distinct = sched.distinct_kv_tokens()
             dur = self.cost.step_time(step.shape)
+            event = step_event(step, env.now) if self.step_log is not None else None
             yield env.timeout(dur)
+            if event is not None and self.step_log is not None:
+                event["t1"] = env.now
+                self.step_log.append(event)
             self.busy_s += dur
             done = sched.complete(step, env.now, self.step_id)
             self.step_id += 1

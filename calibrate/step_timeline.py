@@ -1,0 +1,179 @@
+"""Where each request's time to first token goes, live and in the twin, forward by forward.
+
+A live SGLang run's step log (``SglangCpu(step_log=PREFIX)``, live/sglang_cpu/steplog) says when the
+scheduler received each request and which forwards ran it; the twin's step log (``simulate(step_log=…)``)
+says the same for the simulated run of the identical trace. Per request, TTFT splits into
+
+- ``wait``: from the client's send to the start of the first forward that computes it (the front end, the
+  forward under way, the queue);
+- ``prefill``: from that start to the end of the forward that computes its last prompt token (chunks and
+  the forwards between them included);
+- ``after``: from there to the first token at the client (on a CPU, SGLang streams a batch's tokens after
+  the next forward; then the delivery path).
+
+Requests pair exactly (same trace), so the tables give each component's median live and in the twin and
+the median of the per-request differences; a second table compares the forwards themselves by mode.
+
+    python -m calibrate.step_timeline --study OUT [--config sglang-lpm] [--cell rate0.39-sigma0.9]
+    python -m calibrate.step_timeline RUN_DIR --steps PREFIX --hardware PROFILE [--model tiny-llama]
+
+Live step-log requests are matched to the run's records in order of arrival: the k-th request the
+scheduler received in the run's window is the k-th the client sent (front-end reordering of requests sent
+within a few milliseconds of each other would swap two of them; both then carry the same shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.records import RunRecord, find_runs, read_run
+from analysis.tables import to_markdown
+from calibrate.compare import twin
+from calibrate.engine_steps import read_events
+from scenarios.errors import ServetwinError
+
+PARTS = ("wait", "prefill", "after", "ttft")
+
+
+def live_window(events: list[dict[str, Any]], run: RunRecord) -> list[dict[str, Any]]:
+    """The run's forwards on the records' clock, with engine request ids renamed to the records' ids."""
+    win = run.meta["run_window"]
+    if "start_unix" not in win:
+        raise ServetwinError(f"{run.path}: run.json has no run_window.start_unix (recorded before 0.5)")
+    t0, end = float(win["start_unix"]), float(win.get("end_s") or win["duration_s"])
+    recv = [e for e in events if e.get("ev") == "recv" and 0.0 <= e["t"] - t0 <= end]
+    sent = run.requests.dropna(subset=["send_s"]).sort_values("send_s")
+    if len(recv) != len(sent):
+        raise ServetwinError(f"{run.path}: the step log received {len(recv)} requests in the run's window, "
+                             f"the records sent {len(sent)}; is it this instance's log?")
+    ids = dict(zip((e["rid"] for e in recv), sent["request_id"].astype(int), strict=True))
+    runs = []
+    for e in events:
+        if e.get("ev") == "run" and 0.0 <= e["t0"] - t0 <= end + 5.0:
+            reqs = [[ids[r[0]], *r[1:]] for r in e["reqs"] if r[0] in ids]
+            if reqs:
+                runs.append({**e, "t0": e["t0"] - t0, "t1": e["t1"] - t0, "reqs": reqs})
+    return runs
+
+
+def per_request(runs: list[dict[str, Any]], requests: pd.DataFrame) -> pd.DataFrame:
+    """Each request's TTFT split into wait, prefill and after (seconds), and the mode of the forward
+    that followed its prefill."""
+    prompt = dict(zip(requests["request_id"].astype(int), requests["prompt_tokens"].astype(int), strict=True))
+    first: dict[int, float] = {}
+    done: dict[int, int] = {}
+    for k, e in enumerate(runs):
+        for r in e["reqs"]:
+            if len(r) != 3:
+                continue
+            first.setdefault(r[0], e["t0"])
+            if r[0] not in done and r[1] + r[2] >= prompt.get(r[0], 1 << 30):
+                done[r[0]] = k
+    rows = []
+    for q in requests.itertuples():
+        i = int(q.request_id)
+        if i not in done or not np.isfinite(q.first_token_s):
+            continue
+        k = done[i]
+        end = runs[k]["t1"]
+        rows.append({"request_id": i, "role": q.role, "wait": first[i] - q.send_s, "prefill": end - first[i],
+                     "after": q.first_token_s - end, "ttft": q.first_token_s - q.send_s,
+                     "next": runs[k + 1]["mode"] if k + 1 < len(runs) else "none"})
+    return pd.DataFrame(rows)
+
+
+def paired(live: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
+    """Per role (and all): each part's median live, in the twin, and the median per-request difference."""
+    both = live.merge(sim, on=["request_id", "role"], suffixes=("_live", "_twin"))
+    rows = []
+    for role, g in [("all", both), *both.groupby("role")]:
+        row: dict[str, Any] = {"role": role, "requests": len(g)}
+        for p in PARTS:
+            row[f"{p}_live_ms"] = 1000 * g[f"{p}_live"].median()
+            row[f"{p}_twin_ms"] = 1000 * g[f"{p}_twin"].median()
+            row[f"{p}_diff_ms"] = 1000 * (g[f"{p}_live"] - g[f"{p}_twin"]).median()
+        row["next_extend_live"] = (g["next_live"] == "EXTEND").mean()
+        row["next_extend_twin"] = (g["next_twin"] == "EXTEND").mean()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def forwards(runs: list[dict[str, Any]], source: str) -> pd.DataFrame:
+    """Forwards by mode: how many, their median duration and batch size, the seconds they took."""
+    df = pd.DataFrame({"mode": [e["mode"] for e in runs], "ms": [1000 * (e["t1"] - e["t0"]) for e in runs],
+                       "requests": [len(e["reqs"]) for e in runs]})
+    out = df.groupby("mode").agg(forwards=("ms", "size"), median_ms=("ms", "median"),
+                                 mean_requests=("requests", "mean"), busy_s=("ms", "sum")).reset_index()
+    out["busy_s"] /= 1000
+    out.insert(0, "source", source)
+    return out
+
+
+def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -> dict[str, pd.DataFrame]:
+    live_runs = live_window(read_events(prefix), run)
+    sim_log: list[dict[str, Any]] = []
+    sim = twin(run, hardware, model, step_log=sim_log)
+    live_t, sim_t = per_request(live_runs, run.requests), per_request(sim_log, sim.requests)
+    return {"parts": paired(live_t, sim_t),
+            "forwards": pd.concat([forwards(live_runs, "live"), forwards(sim_log, "twin")], ignore_index=True)}
+
+
+def study_runs(out: Path, config: str | None, cell: str | None) -> list[tuple[RunRecord, Path, Path]]:
+    """A twin study's SGLang runs with their instance's step log and profile."""
+    found = []
+    for p in find_runs([out / "live"]):
+        run = read_run(p)
+        label = str(run.meta["engine"])
+        if not label.startswith("sglang") or (config and label != config) or (cell and p.parent.parent.name != cell):
+            continue
+        found.append((run, out / "logs" / f"{label}.steps", out / "profiles" / f"{label}.yaml"))
+    if not found:
+        raise ServetwinError(f"{out}/live: no SGLang runs{f' of {config}' if config else ''}"
+                             f"{f' in {cell}' if cell else ''}")
+    return found
+
+
+def study_table(out: Path, config: str | None, cell: str | None, model: str) -> pd.DataFrame:
+    """One row per run: TTFT p50 live and twin, and the median per-request difference of each part."""
+    rows = []
+    for run, prefix, profile in study_runs(out, config, cell):
+        parts = compare_run(run, prefix, str(profile), model)["parts"]
+        a = parts[parts["role"] == "all"].iloc[0]
+        assert run.path is not None
+        rows.append({"cell": run.path.parent.parent.name, "config": run.meta["engine"], "seed": run.meta["seed"],
+                     **{k: a[k] for k in ("ttft_live_ms", "ttft_twin_ms", "wait_diff_ms", "prefill_diff_ms",
+                                          "after_diff_ms", "next_extend_live", "next_extend_twin")}})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", nargs="?", help="a live SGLang run directory (with --steps and --hardware)")
+    ap.add_argument("--steps", help="the instance's step-log prefix (files PREFIX.<pid>)")
+    ap.add_argument("--hardware", help="the instance's fitted profile")
+    ap.add_argument("--study", help="a twin study's output folder: every SGLang run, one row each")
+    ap.add_argument("--config", help="with --study: one configuration (e.g. sglang-lpm)")
+    ap.add_argument("--cell", help="with --study: one cell (e.g. rate0.39-sigma0.9)")
+    ap.add_argument("--model", default="tiny-llama")
+    a = ap.parse_args(argv)
+    if bool(a.study) == bool(a.run) or (a.run and not (a.steps and a.hardware)):
+        ap.error("give either --study OUT, or RUN_DIR with --steps PREFIX and --hardware PROFILE")
+    try:
+        if a.study:
+            print(to_markdown(study_table(Path(a.study), a.config, a.cell, a.model).round(3)))
+        else:
+            res = compare_run(read_run(a.run), a.steps, a.hardware, a.model)
+            print(to_markdown(res["parts"].round(3)), "", to_markdown(res["forwards"].round(3)), sep="\n")
+    except ServetwinError as err:
+        print(f"error: {err}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
