@@ -10,34 +10,18 @@ says the profile's fixed costs sit in the wrong place (per step instead of per r
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from analysis.tables import to_markdown
+from calibrate.step_log import read_events
 from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
 SIZES = (0, 1, 2, 4, 8, 16, 1 << 20)
-
-
-def read_events(prefix: str | Path) -> list[dict[str, Any]]:
-    """Every event of a step log's files (one per scheduler process), in time order."""
-    files = sorted(glob.glob(f"{prefix}.*"))
-    if not files:
-        raise ServetwinError(f"no step log at {prefix}.<pid> (start SGLang with SglangCpu(step_log=...))")
-    events = []
-    for f in files:
-        for n, line in enumerate(Path(f).read_text().splitlines(), 1):
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ServetwinError(f"{f}:{n}: not a step-log line ({err.msg})") from None
-    return sorted(events, key=lambda e: e.get("t0", e.get("t", 0.0)))
 
 
 def read_forwards(prefix: str | Path) -> list[dict[str, Any]]:

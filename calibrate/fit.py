@@ -47,8 +47,8 @@ Steps = list[tuple[float, BatchShape]]       # weighted steps whose summed time 
 
 @dataclasses.dataclass
 class Window:
-    """A request's window as a client sees it (send → first token): its steps plus the front end's
-    per-request latency, once."""
+    """A request's window as a client sees it (send → first token): its steps plus, once, the front end's
+    per-request latency and the output path's (``request_s``, ``deliver_s``)."""
     steps: Steps
 
 
@@ -59,7 +59,7 @@ def predict_time(cm: CostModel, obs: Observed) -> float:
     if isinstance(obs, BatchShape):
         return cm.step_time(obs)
     if isinstance(obs, Window):
-        return cm.request_latency + predict_time(cm, obs.steps)
+        return cm.request_latency + cm.delivery_latency + predict_time(cm, obs.steps)
     return sum(w * cm.step_time(b) for w, b in obs)
 
 

@@ -17,9 +17,7 @@ the median of the per-request differences; a second table compares the forwards 
     python -m calibrate.step_timeline --study OUT [--config sglang-lpm] [--cell rate0.39-sigma0.9]
     python -m calibrate.step_timeline RUN_DIR --steps PREFIX --hardware PROFILE [--model tiny-llama]
 
-Live step-log requests are matched to the run's records in order of arrival: the k-th request the
-scheduler received in the run's window is the k-th the client sent (front-end reordering of requests sent
-within a few milliseconds of each other would swap two of them; both then carry the same shape).
+Live step-log requests are matched to the run's records in order of arrival (calibrate/step_log.py).
 """
 
 from __future__ import annotations
@@ -34,52 +32,28 @@ import pandas as pd
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import twin
-from calibrate.engine_steps import read_events
+from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
 from scenarios.errors import ServetwinError
 
 PARTS = ("wait", "prefill", "after", "ttft")
 
 
-def live_window(events: list[dict[str, Any]], run: RunRecord) -> list[dict[str, Any]]:
-    """The run's forwards on the records' clock, with engine request ids renamed to the records' ids."""
-    win = run.meta["run_window"]
-    if "start_unix" not in win:
-        raise ServetwinError(f"{run.path}: run.json has no run_window.start_unix (recorded before 0.5)")
-    t0, end = float(win["start_unix"]), float(win.get("end_s") or win["duration_s"])
-    recv = [e for e in events if e.get("ev") == "recv" and 0.0 <= e["t"] - t0 <= end]
-    sent = run.requests.dropna(subset=["send_s"]).sort_values("send_s")
-    if len(recv) != len(sent):
-        raise ServetwinError(f"{run.path}: the step log received {len(recv)} requests in the run's window, "
-                             f"the records sent {len(sent)}; is it this instance's log?")
-    ids = dict(zip((e["rid"] for e in recv), sent["request_id"].astype(int), strict=True))
-    runs = []
-    for e in events:
-        if e.get("ev") == "run" and 0.0 <= e["t0"] - t0 <= end + 5.0:
-            reqs = [[ids[r[0]], *r[1:]] for r in e["reqs"] if r[0] in ids]
-            if reqs:
-                runs.append({**e, "t0": e["t0"] - t0, "t1": e["t1"] - t0, "reqs": reqs})
-    return runs
-
-
 def per_request(runs: list[dict[str, Any]], requests: pd.DataFrame) -> pd.DataFrame:
     """Each request's TTFT split into wait, prefill and after (seconds), and the mode of the forward
     that followed its prefill."""
-    prompt = dict(zip(requests["request_id"].astype(int), requests["prompt_tokens"].astype(int), strict=True))
     first: dict[int, float] = {}
-    done: dict[int, int] = {}
-    for k, e in enumerate(runs):
+    for e in runs:
         for r in e["reqs"]:
-            if len(r) != 3:
-                continue
-            first.setdefault(r[0], e["t0"])
-            if r[0] not in done and r[1] + r[2] >= prompt.get(r[0], 1 << 30):
-                done[r[0]] = k
+            if len(r) == 3:
+                first.setdefault(r[0], e["t0"])
+    ends = prefill_ends(runs, requests)
+    index = {id(e): k for k, e in enumerate(runs)}
     rows = []
     for q in requests.itertuples():
         i = int(q.request_id)
-        if i not in done or not np.isfinite(q.first_token_s):
+        if i not in ends or not np.isfinite(q.first_token_s):
             continue
-        k = done[i]
+        k = index[id(ends[i])]
         end = runs[k]["t1"]
         rows.append({"request_id": i, "role": q.role, "wait": first[i] - q.send_s, "prefill": end - first[i],
                      "after": q.first_token_s - end, "ttft": q.first_token_s - q.send_s,
@@ -114,12 +88,12 @@ def forwards(runs: list[dict[str, Any]], source: str) -> pd.DataFrame:
     return out
 
 
-def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -> dict[str, pd.DataFrame]:
-    live_runs = live_window(read_events(prefix), run)
+def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -> dict[str, Any]:
+    live_runs, received = live_window(read_events(prefix), run)
     sim_log: list[dict[str, Any]] = []
     sim = twin(run, hardware, model, step_log=sim_log)
     live_t, sim_t = per_request(live_runs, run.requests), per_request(sim_log, sim.requests)
-    return {"parts": paired(live_t, sim_t),
+    return {"parts": paired(live_t, sim_t), "latencies": path_latencies(live_runs, received, run.requests),
             "forwards": pd.concat([forwards(live_runs, "live"), forwards(sim_log, "twin")], ignore_index=True)}
 
 
@@ -142,12 +116,14 @@ def study_table(out: Path, config: str | None, cell: str | None, model: str) -> 
     """One row per run: TTFT p50 live and twin, and the median per-request difference of each part."""
     rows = []
     for run, prefix, profile in study_runs(out, config, cell):
-        parts = compare_run(run, prefix, str(profile), model)["parts"]
+        res = compare_run(run, prefix, str(profile), model)
+        parts, lat = res["parts"], res["latencies"]
         a = parts[parts["role"] == "all"].iloc[0]
         assert run.path is not None
         rows.append({"cell": run.path.parent.parent.name, "config": run.meta["engine"], "seed": run.meta["seed"],
                      **{k: a[k] for k in ("ttft_live_ms", "ttft_twin_ms", "wait_diff_ms", "prefill_diff_ms",
-                                          "after_diff_ms", "next_extend_live", "next_extend_twin")}})
+                                          "after_diff_ms", "next_extend_live", "next_extend_twin")},
+                     "inbound_ms": 1000 * lat["inbound_s"], "outbound_ms": 1000 * lat["outbound_s"]})
     return pd.DataFrame(rows)
 
 
@@ -168,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             print(to_markdown(study_table(Path(a.study), a.config, a.cell, a.model).round(3)))
         else:
             res = compare_run(read_run(a.run), a.steps, a.hardware, a.model)
-            print(to_markdown(res["parts"].round(3)), "", to_markdown(res["forwards"].round(3)), sep="\n")
+            lat = res["latencies"]
+            print(to_markdown(res["parts"].round(3)), "", to_markdown(res["forwards"].round(3)), "",
+                  f"front end (send to the scheduler, idle scheduler): {1000 * lat['inbound_s']:.1f} ms median over "
+                  f"{lat['inbound_n']} requests; output path (results processed to the first token at the client): "
+                  f"{1000 * lat['outbound_s']:.1f} ms median over {lat['outbound_n']}", sep="\n")
     except ServetwinError as err:
         print(f"error: {err}")
         return 2

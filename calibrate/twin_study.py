@@ -45,6 +45,7 @@ from calibrate.compare import compare
 from calibrate.decode_load import scale_profile
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import add_arguments, bad_repeat
+from calibrate.twin_latency import fit_base, with_own_latencies
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -81,7 +82,7 @@ def family_profile(out: Path, label: str) -> Path:
 Scaled = dict[str, list[RunScale]]
 
 
-def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
+def calibrate_instances(out: Path, latencies: bool = False) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
     """Each configuration's profile: its family's probe fit with the decode_scale its instance's
     calibration trace measured (the probe fit alone where no calibration run exists); the table of those
     scales; and every study run with its own scale (``own-scale``, a diagnostic) and with the scale of the
@@ -93,7 +94,8 @@ def calibrate_instances(out: Path) -> tuple[dict[str, Path], pd.DataFrame, Scale
         profiles[label] = fitted
         if (cal / "run.json").is_file():
             dest = out / "profiles" / f"{label}.yaml"
-            found, _, profiles[label] = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
+            found, _, scaled = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
+            profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
             mine = measure_runs(out, label, fitted)
             runs["own-scale"] += mine
             runs["tracking"] += tracking(RunScale(cal, read_run(cal), fitted, found), mine)
@@ -127,15 +129,17 @@ def known_cells(out: Path, rate: float | None) -> Cells | None:
     return [(float(r), float(s)) for r, s in doc["conditions"]]
 
 
-def fit_family(out: Path, family: str) -> Path:
-    """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml."""
-    return fit_to(probe_dirs(out, family), family, out / "profiles" / f"cpu-{family}.yaml")
+def fit_family(out: Path, family: str, latencies: bool = False) -> Path:
+    """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml (with
+    ``latencies``, SGLang's with its probed instance's measured latencies: ``calibrate.twin_latency``)."""
+    base = fit_base(out, family) if latencies else "cpu-base"
+    return fit_to(probe_dirs(out, family), family, out / "profiles" / f"cpu-{family}.yaml", base)
 
 
-def fit_to(dirs: list[Path], family: str, dest: Path) -> Path:
+def fit_to(dirs: list[Path], family: str, dest: Path, base: str = "cpu-base") -> Path:
     """Fit a profile for one engine family on these probe records → dest."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fit_probes(dirs, "vllm-v1" if family == "vllm" else "sglang", "tiny-llama", "cpu-base", dest)
+    fit_probes(dirs, "vllm-v1" if family == "vllm" else "sglang", "tiny-llama", base, dest)
     return dest
 
 
@@ -203,11 +207,12 @@ def cell_tables(out: Path, cond: str, lives: list[RunRecord], profiles: dict[str
     return parts, target_checks(cond, gaps, phi, per_config)
 
 
-def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Path] | None = None) -> str:
+def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Path] | None = None,
+              latencies: bool = False) -> str:
     """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
     counts and, for each repeat study given, the counts its live runs reach against this study's), then
     per cell the client, keeps-pace, per-configuration, gap and φ tables."""
-    profiles, scales, runs = calibrate_instances(out)
+    profiles, scales, runs = calibrate_instances(out, latencies)
     cells = [cell(r, s) for r, s in conditions]
     lives = {cond: [read_run(p) for p in find_runs([out / "live" / cond])] for cond in cells}
     parts: list[str] = []
@@ -221,6 +226,8 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     what = ("profiles fitted on probes, each instance's decode steps scaled by its calibration trace (seed "
             f"{CALIBRATION_SEED}): every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
+    if latencies:
+        what += "; SGLang's front-end and output-path latencies as its step logs measured"
     head = [f"Host CPU of the live runs: {host_cpus([r.meta for rs in lives.values() for r in rs])}\n",
             f"## Targets ({what})\n"]
     if not table.empty:
@@ -279,10 +286,10 @@ def study(a: argparse.Namespace) -> int:
     cells = study_cells(out, a.quick, a.rate)
     run_engines(out, seeds, duration, cells)          # each instance: its probes, then its runs
     fit_family(out, "vllm")
-    fit_family(out, "sglang")
+    fit_family(out, "sglang", a.path_latencies)
     conditions = cells()
     assert conditions is not None                     # every probe ran, so the knee was found
-    report = summarise(out, conditions, [Path(r) for r in a.repeat_of])
+    report = summarise(out, conditions, [Path(r) for r in a.repeat_of], a.path_latencies)
     (out / "report.md").write_text(report)
     print(report)
     return 0

@@ -142,3 +142,10 @@ class CostModel:
         """Seconds between a request's arrival and the scheduler seeing it (the front end's per-request
         latency; 0 unless fitted). It adds to the request's TTFT and E2E, not to any step."""
         return self.ovh.request_s
+
+    @property
+    def delivery_latency(self) -> float:
+        """Seconds between the engine processing a step's results and the client reading its tokens (the
+        output path: detokenizer, HTTP stream; 0 unless measured). Every token and the request's completion
+        reach the client this much later; no step is longer."""
+        return self.ovh.deliver_s

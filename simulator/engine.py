@@ -2,10 +2,11 @@
 time → emit tokens, finish, free.
 
 A request reaches the scheduler ``CostModel.request_latency`` after it arrives (the front end's
-per-request latency, 0 unless fitted). Ties: SimPy orders events at the same simulated time by the
-order in which they were scheduled; a step's completion and an arrival at the same instant are
-therefore handled in scheduling order, and requests that become issuable during a step are seen by the
-next ``schedule()`` call. Client timeouts are applied at step boundaries.
+per-request latency, 0 unless fitted), and its tokens and completion reach the client
+``CostModel.delivery_latency`` after the engine produced them (the output path, 0 unless measured).
+Ties: SimPy orders events at the same simulated time by the order in which they were scheduled; a
+step's completion and an arrival at the same instant are therefore handled in scheduling order, and
+requests that become issuable during a step are seen by the next ``schedule()`` call. Client timeouts are applied at step boundaries.
 
 With a ``step_log`` list the replica appends one event per step in the schema of the engine's own step
 log (live/sglang_cpu/steplog): ``{"ev": "run", "t0", "t1", "mode", "reqs"}``, mode EXTEND (prefill),
@@ -32,7 +33,7 @@ def step_event(step: Step, t0: float) -> dict[str, Any]:
     """The step as the engine's step log writes a forward (``t1`` is set when it ends)."""
     reqs: list[list[int]] = []
     for r, n in step.items:
-        if r.num_computed < r.fill_len:
+        if r.in_prefill:
             reqs.append([r.idx, n, r.num_computed])
         else:
             reqs.append([r.idx, r.context_len])
@@ -69,6 +70,15 @@ class Replica:
         self.sched.add(req, self.env.now)
         self._kick()
 
+    def _deliver(self, req: Request) -> None:
+        """A finished request's tokens and completion reach the client after the output path's latency."""
+        lat = self.cost.delivery_latency
+        if lat <= 0 or req.error:
+            self.on_finish(req)
+            return
+        req.delay_tokens(lat)
+        self.env.timeout(lat).callbacks.append(lambda _e: self.on_finish(req))
+
     def abort(self, req: Request) -> None:
         self._aborts.append(req)
         self._kick()
@@ -100,7 +110,7 @@ class Replica:
             if step is None:
                 flushed = sched.flush(env.now)
                 for r in flushed:
-                    self.on_finish(r)
+                    self._deliver(r)
                 if flushed:
                     continue                      # a dependant may have arrived: schedule again
                 if sched.has_work and not sched.running and sched.waiting:
@@ -129,4 +139,4 @@ class Replica:
             if self.check_every and self.step_id % self.check_every == 0:
                 sched.check_integrity()
             for r in done:
-                self.on_finish(r)
+                self._deliver(r)

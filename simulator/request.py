@@ -109,6 +109,13 @@ class Request:
         if self.token_times:
             self.token_times[-1] = now
 
+    def delay_tokens(self, by: float) -> None:
+        """Every token reached the client ``by`` seconds after the engine produced it."""
+        self.first_token_s += by
+        self.last_token_s += by
+        if self.token_times:
+            self.token_times[:] = [t + by for t in self.token_times]
+
     def release_tokens(self) -> None:
         """Drop the token arrays once the request is done (only its scalars go into the record)."""
         self.prompt = np.zeros(0, dtype=np.int32)

@@ -12,7 +12,8 @@ import pytest
 
 from analysis.records import RunRecord, write_run
 from calibrate.engine_steps import shape
-from calibrate.step_timeline import live_window, main, paired, per_request, study_table
+from calibrate.step_log import live_window, path_latencies, read_events, with_processing
+from calibrate.step_timeline import main, paired, per_request, study_table
 from calibrate.twin_live import scenario
 from scenarios import compile_trace, scenario_from_dict
 from scenarios.errors import ServetwinError
@@ -30,14 +31,16 @@ def _sim(seed: int = 1, log: list | None = None) -> RunRecord:
 
 
 def test_the_twins_step_log_is_what_it_priced():
-    """Every logged extend, priced again from the log alone, is the step's duration; the forwards do not
-    overlap and take the replica's busy time; every served request's prompt ends in one logged extend."""
+    """Every logged forward, priced again from the log alone, is the step's duration (extends as (new,
+    cached) per request, decodes as sequence lengths); the forwards do not overlap and take the replica's
+    busy time; every served request's prompt ends in one logged extend."""
     log: list = []
     rec = _sim(log=log)
     cost = CostModel(load_hardware("cpu-base"), load_model("tiny-llama"), "sglang", 1, 1 << 20, True)
     extends = [e for e in log if e["mode"] == "EXTEND"]
     assert extends and {e["mode"] for e in log} == {"EXTEND", "DECODE"}
-    for e in extends:
+    assert all(len(r) == 2 for e in log if e["mode"] == "DECODE" for r in e["reqs"])
+    for e in log:
         assert cost.step_time(shape(e)) == pytest.approx(e["t1"] - e["t0"], rel=1e-9)
     assert all(a["t1"] <= b["t0"] for a, b in zip(log, log[1:], strict=False))
     assert sum(e["t1"] - e["t0"] for e in log) == pytest.approx(rec.meta["busy_s"])
@@ -62,6 +65,8 @@ def _as_live(rec: RunRecord, log: list, root: Path, delay_s: float = 0.0) -> Pat
              for i, s in zip(sent["request_id"], sent["send_s"], strict=True)]
     lines += [{**e, "t0": START + e["t0"], "t1": START + e["t1"],
                "reqs": [[f"rid-{r[0]}", *r[1:]] for r in e["reqs"]]} for e in log]
+    lines += [{"ev": "proc", "t0": START + e["t1"], "t1": START + e["t1"] + 1e-4, "mode": e["mode"],
+               "n": len(e["reqs"])} for e in log]
     (root / "logs").mkdir(parents=True)
     (root / "logs" / "sglang-lpm.steps.4242").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (root / "profiles").mkdir()
@@ -93,7 +98,7 @@ def test_first_tokens_delivered_later_show_in_after_only(tmp_path: Path, capsys)
         assert row[f"{part}_diff_ms"] == pytest.approx(0.0, abs=1e-3)
 
 
-def test_a_step_log_of_another_instance_is_refused(tmp_path: Path):
+def test_a_step_log_of_another_instance_is_refused(tmp_path: Path, capsys):
     log: list = []
     rec = _sim(log=log)
     run = _as_live(rec, log, tmp_path)
@@ -102,6 +107,13 @@ def test_a_step_log_of_another_instance_is_refused(tmp_path: Path):
     extra = [{"ev": "recv", "t": START + 1.0, "rid": "stranger", "prompt": 2048}]
     with pytest.raises(ServetwinError, match="received .* requests in the run's window"):
         live_window(extra + [{"ev": "recv", "t": START + 2.0, "rid": "x", "prompt": 1}], live)
+    (tmp_path / "logs" / "sglang-lpm.steps.4242").write_text(
+        json.dumps({"ev": "run", "t0": 1.0, "t1": 1.1, "mode": "EXTEND", "reqs": [["a", 205, 1843]]}) + "\n" +
+        json.dumps({"ev": "proc", "t0": 1.2, "t1": 1.21, "mode": "DECODE", "n": 1}) + "\n")
+    assert main([str(run), "--steps", str(tmp_path / "logs" / "sglang-lpm.steps"), "--hardware", "cpu-base"]) == 2
+    assert "is it this instance's log?" in capsys.readouterr().out
+    with pytest.raises(ServetwinError, match="do not pair"):
+        with_processing(read_events(tmp_path / "logs" / "sglang-lpm.steps"))
     with pytest.raises(ServetwinError, match="no SGLang runs of vllm-c512"):
         study_table(tmp_path, "vllm-c512", None, "tiny-llama")
 
@@ -123,3 +135,17 @@ def test_parts_are_paired_by_request():
     assert t.loc["worker", "after_diff_ms"] == pytest.approx(30.0)
     assert t.loc["worker", "prefill_live_ms"] == pytest.approx(90.0)
     assert t.loc["all", "requests"] == 2 and t.loc["all", "next_extend_live"] == 0.0
+
+
+def test_the_front_end_and_output_path_latencies_from_the_step_log():
+    """Request 0 finds the scheduler idle (received 4 ms after it was sent: the front end); request 1 is
+    sent while a forward runs (its wait is not the front end's). Request 0's prefill results are processed
+    after the next forward and its first token reaches the client 6 ms later (the output path)."""
+    reqs = pd.DataFrame({"request_id": [0, 1], "role": ["planner", "planner"], "send_s": [0.0, 0.05],
+                         "first_token_s": [0.118, 0.31], "prompt_tokens": [2048, 2048]})
+    runs = [{"mode": "EXTEND", "t0": 0.005, "t1": 0.095, "p0": 0.110, "p1": 0.112, "reqs": [[0, 205, 1843]]},
+            {"mode": "DECODE", "t0": 0.095, "t1": 0.110, "p0": 0.20, "p1": 0.201, "reqs": [[0, 2049]]},
+            {"mode": "EXTEND", "t0": 0.112, "t1": 0.20, "p0": 0.30, "p1": 0.302, "reqs": [[1, 205, 1843]]}]
+    lat = path_latencies(runs, {0: 0.004, 1: 0.111}, reqs)
+    assert lat["inbound_n"] == 1 and lat["inbound_s"] == pytest.approx(0.004)
+    assert lat["outbound_n"] == 2 and lat["outbound_s"] == pytest.approx((0.006 + 0.008) / 2)

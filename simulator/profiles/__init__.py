@@ -126,6 +126,8 @@ class Overheads:
     #                                  probes that prefill several requests at once)
     request_s: float = 0.0   # the front end's latency per request (HTTP, input processing, hand-off to the
     #                          scheduler, first token back): it delays the request, it does not lengthen steps
+    deliver_s: float = 0.0   # from the engine processing a step's results to the client reading its tokens
+    #                          (detokenizer, HTTP stream): it delays every token and the request's dependants
     decode_scale: float = 1.0  # pure-decode steps of one engine instance under serving load vs its probes'
     #                            (measured on a calibration trace: ``calibrate.decode_load``; 1: as probed)
 
