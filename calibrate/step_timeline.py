@@ -32,8 +32,11 @@ import pandas as pd
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import twin
+from calibrate.engine_steps import priced
 from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
 from scenarios.errors import ServetwinError
+from simulator.cost_model import CostModel, extends_whole_sequence
+from simulator.profiles import load_hardware, load_model
 
 PARTS = ("wait", "prefill", "after", "ttft")
 
@@ -88,12 +91,22 @@ def forwards(runs: list[dict[str, Any]], source: str) -> pd.DataFrame:
     return out
 
 
+def forward_speed(runs: list[dict[str, Any]], hardware: str, model: str, backend: str | None) -> dict[str, float]:
+    """The run's forwards against the profile's price for the same batches: median measured/priced per mode
+    (``calibrate.engine_steps``), i.e. how fast the instance ran in this run."""
+    cost = CostModel(load_hardware(hardware), load_model(model), "sglang", 1, 1 << 20, extends_whole_sequence(backend))
+    df = priced([e for e in runs if e["reqs"]], cost)
+    return {f"{m.lower()}_x": float(df.loc[df["mode"] == m, "ratio"].median()) for m in ("EXTEND", "DECODE")}
+
+
 def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -> dict[str, Any]:
     live_runs, received = live_window(read_events(prefix), run)
     sim_log: list[dict[str, Any]] = []
     sim = twin(run, hardware, model, step_log=sim_log)
     live_t, sim_t = per_request(live_runs, run.requests), per_request(sim_log, sim.requests)
+    backend = run.meta.get("engine_config", {}).get("attention_backend")
     return {"parts": paired(live_t, sim_t), "latencies": path_latencies(live_runs, received, run.requests),
+            "speed": forward_speed(live_runs, hardware, model, backend),
             "forwards": pd.concat([forwards(live_runs, "live"), forwards(sim_log, "twin")], ignore_index=True)}
 
 
@@ -113,7 +126,9 @@ def study_runs(out: Path, config: str | None, cell: str | None) -> list[tuple[Ru
 
 
 def study_table(out: Path, config: str | None, cell: str | None, model: str) -> pd.DataFrame:
-    """One row per run: TTFT p50 live and twin, and the median per-request difference of each part."""
+    """One row per run: TTFT p50 live and twin, the median per-request difference of each part, the
+    engine's latencies outside its forwards, and how fast its forwards ran against the profile's price
+    (``extend_x``, ``decode_x``: medians of measured / priced)."""
     rows = []
     for run, prefix, profile in study_runs(out, config, cell):
         res = compare_run(run, prefix, str(profile), model)
@@ -123,7 +138,8 @@ def study_table(out: Path, config: str | None, cell: str | None, model: str) -> 
         rows.append({"cell": run.path.parent.parent.name, "config": run.meta["engine"], "seed": run.meta["seed"],
                      **{k: a[k] for k in ("ttft_live_ms", "ttft_twin_ms", "wait_diff_ms", "prefill_diff_ms",
                                           "after_diff_ms", "next_extend_live", "next_extend_twin")},
-                     "inbound_ms": 1000 * lat["inbound_s"], "outbound_ms": 1000 * lat["outbound_s"]})
+                     "inbound_ms": 1000 * lat["inbound_s"], "outbound_ms": 1000 * lat["outbound_s"],
+                     **res["speed"]})
     return pd.DataFrame(rows)
 
 
@@ -144,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             print(to_markdown(study_table(Path(a.study), a.config, a.cell, a.model).round(3)))
         else:
             res = compare_run(read_run(a.run), a.steps, a.hardware, a.model)
-            lat = res["latencies"]
+            lat, speed = res["latencies"], res["speed"]
             print(to_markdown(res["parts"].round(3)), "", to_markdown(res["forwards"].round(3)), "",
+                  f"forwards against the profile's price (median measured / priced): extends {speed['extend_x']:.2f}, "
+                  f"decodes {speed['decode_x']:.2f}",
                   f"front end (send to the scheduler, idle scheduler): {1000 * lat['inbound_s']:.1f} ms median over "
                   f"{lat['inbound_n']} requests; output path (results processed to the first token at the client): "
                   f"{1000 * lat['outbound_s']:.1f} ms median over {lat['outbound_n']}", sep="\n")

@@ -81,6 +81,7 @@ def test_a_run_the_twin_reproduces_differs_in_no_part(tmp_path: Path, capsys):
     assert row["ttft_live_ms"] == pytest.approx(row["ttft_twin_ms"])
     for part in ("wait", "prefill", "after"):
         assert row[f"{part}_diff_ms"] == pytest.approx(0.0, abs=1e-3)
+    assert row["extend_x"] == pytest.approx(1.0) and row["decode_x"] == pytest.approx(1.0)   # its own forwards
     assert main(["--study", str(tmp_path)]) == 0
     assert "| rate0.5-sigma0.9 | sglang-lpm | 1 |" in capsys.readouterr().out
 
