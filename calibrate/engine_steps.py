@@ -47,6 +47,19 @@ def priced(runs: list[dict[str, Any]], cost: CostModel) -> pd.DataFrame:
     return df
 
 
+MIN_EXTENDS = 10      # fewer logged extends than this in a run: no prefill scale measured
+
+
+def prefill_scale(runs: list[dict[str, Any]], cost: CostModel) -> tuple[float, int] | None:
+    """How much slower (> 1) or faster the instance's forwards with prefill ran than priced, over a run: Σ
+    measured / Σ priced (the busy time queueing sees), and how many forwards; None below MIN_EXTENDS."""
+    ext = [e for e in runs if e["mode"] in ("EXTEND", "MIXED") and e["reqs"]]
+    if len(ext) < MIN_EXTENDS:
+        return None
+    df = priced(ext, cost)
+    return float(df["measured_s"].sum() / df["priced_s"].sum()), len(ext)
+
+
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Medians per forward mode and batch-size bin (requests in the forward)."""
     binned = pd.cut(df["requests"], list(SIZES))

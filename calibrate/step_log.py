@@ -115,19 +115,28 @@ def measured_latencies(run_dir: str | Path, prefix: str | Path) -> dict[str, Any
     return path_latencies(runs, received, run.requests)
 
 
-def write_latencies(hardware_yaml: str | Path, out: str | Path, family: str, lat: dict[str, Any], source: str) -> Path:
-    """Copy a profile YAML with the front end's (``request_s``) and the output path's (``deliver_s``)
-    latencies of one engine family set as measured (a latency not measured keeps its value)."""
+def write_measured(hardware_yaml: str | Path, out: str | Path, family: str,
+                   values: dict[str, tuple[float, str]]) -> Path:
+    """Copy a profile YAML with some of one engine family's overheads set as measured (name → (value,
+    source))."""
     data = yaml.safe_load(Path(hardware_yaml).read_text())
     ovh = data.setdefault("cost", {}).setdefault("overheads", {})
     if family not in ovh:
         raise ServetwinError(f"{hardware_yaml}: no overheads for engine family {family!r}; it has {sorted(ovh)}")
-    for key, name, what in (("request_s", "inbound", "send to the scheduler's receipt, idle scheduler"),
-                            ("deliver_s", "outbound", "results processed to the first token at the client")):
-        if np.isfinite(lat[f"{name}_s"]):
-            ovh[family][key] = {"value": round(float(lat[f"{name}_s"]), 6), "basis": "measured",
-                                "source": f"{source}: step log, {what} (median of {lat[f'{name}_n']})"}
+    for key, (value, source) in values.items():
+        ovh[family][key] = {"value": round(float(value), 6), "basis": "measured", "source": source}
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(yaml.safe_dump(data, sort_keys=False))
     return dest
+
+
+def write_latencies(hardware_yaml: str | Path, out: str | Path, family: str, lat: dict[str, Any], source: str) -> Path:
+    """Copy a profile YAML with the front end's (``request_s``) and the output path's (``deliver_s``)
+    latencies of one engine family set as measured (a latency not measured keeps its value)."""
+    values = {}
+    for key, name, what in (("request_s", "inbound", "send to the scheduler's receipt, idle scheduler"),
+                            ("deliver_s", "outbound", "results processed to the first token at the client")):
+        if np.isfinite(lat[f"{name}_s"]):
+            values[key] = (lat[f"{name}_s"], f"{source}: step log, {what} (median of {lat[f'{name}_n']})")
+    return write_measured(hardware_yaml, out, family, values)

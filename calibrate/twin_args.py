@@ -17,7 +17,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "the engines share its 2 CPUs)")
     ap.add_argument("--path-latencies", action="store_true",
                     help="give SGLang's twins the front end's and the output path's latencies its instances' step "
-                         "logs measured, and fit its probes with them (calibrate.twin_latency); off by default")
+                         "logs measured, and fit its probes with them (calibrate.twin_steplog); off by default")
     ap.add_argument("--repeat-of", action="append", default=[], metavar="DIR",
                     help="another study folder with the same pinned cells: its live runs are held to the targets "
                          "against this study's, in the simulator's place (repeatable)")

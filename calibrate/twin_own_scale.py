@@ -28,6 +28,7 @@ import pandas as pd
 from analysis.records import RunRecord, find_runs, read_run, write_run
 from calibrate.compare import side_by_side, twin, twin_dir
 from calibrate.decode_load import DecodeScale, measure, overhead_family, write_scaled
+from calibrate.twin_steplog import run_prefill_scale, with_prefill_scale
 from scenarios.errors import ServetwinError
 
 MODEL = "tiny-llama"
@@ -40,19 +41,23 @@ class RunScale:
     fitted: Path                       # its engine family's probe-fitted profile (unscaled)
     scale: DecodeScale | None          # None: too few decode gaps in the run to measure one
     source: Path | None = None         # the run the scale was measured on (None: this run itself)
+    prefill: tuple[float, int] | None = None   # SGLang's prefill scale from its step log (calibrate.twin_steplog)
+    prefill_source: Path | None = None         # the run it was measured on (None: this run itself)
 
 
 def measure_runs(out: Path, label: str, fitted: Path) -> list[RunScale]:
-    """Each of the configuration's study runs with its own decode scale against the unscaled fit."""
+    """Each of the configuration's study runs with its own decode scale against the unscaled fit (and, for
+    an SGLang instance with a step log, its own prefill scale)."""
     got = []
     for path in find_runs([out / "live"]):
         if path.parent.name != label:
             continue
         live = read_run(path)
+        prefill = run_prefill_scale(out, label, Path(path), fitted)
         try:
-            got.append(RunScale(Path(path), live, fitted, measure(live, str(fitted), MODEL)))
+            got.append(RunScale(Path(path), live, fitted, measure(live, str(fitted), MODEL), prefill=prefill))
         except ServetwinError:
-            got.append(RunScale(Path(path), live, fitted, None))
+            got.append(RunScale(Path(path), live, fitted, None, prefill=prefill))
     return got
 
 
@@ -77,11 +82,13 @@ def tracking(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
     """Each of one instance's runs, in the order it served them, carrying the scale of the run before it
     (the calibration trace before the first); a run without a measurable scale passes on the last one
     measured."""
-    got, last = [], calibration
+    got, last, last_prefill = [], calibration, calibration
     for r in sorted(runs, key=started):
-        got.append(RunScale(r.path, r.live, r.fitted, last.scale, last.path))
+        got.append(RunScale(r.path, r.live, r.fitted, last.scale, last.path, last_prefill.prefill, last_prefill.path))
         if r.scale is not None:
             last = r
+        if r.prefill is not None:
+            last_prefill = r
     return got
 
 
@@ -92,12 +99,14 @@ def scaled_sides(out: Path, runs: list[RunScale], kind: str = "own-scale") -> pd
     for r in runs:
         live = r.live
         cond, seed = r.path.parent.parent.name, r.path.name
-        profile = str(r.fitted)
+        profile = r.fitted
+        dest = out / "profiles" / kind / cond / live.meta["engine"] / f"{seed}.yaml"
         if r.scale is not None:
-            dest = out / "profiles" / kind / cond / live.meta["engine"] / f"{seed}.yaml"
             source = str((r.source or r.path).relative_to(out))
-            profile = str(write_scaled(r.fitted, dest, overhead_family(live), r.scale, source))
-        sim = twin(live, profile, MODEL)
+            profile = write_scaled(r.fitted, dest, overhead_family(live), r.scale, source)
+        if r.prefill is not None:
+            profile = with_prefill_scale(profile, r.prefill, str((r.prefill_source or r.path).relative_to(out)), dest)
+        sim = twin(live, str(profile), MODEL)
         write_run(sim, twin_dir(out / f"sim-{kind}" / cond, live))
         pairs.append((live, sim))
     return side_by_side(pairs) if pairs else pd.DataFrame()

@@ -45,7 +45,6 @@ from calibrate.compare import compare
 from calibrate.decode_load import scale_profile
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import add_arguments, bad_repeat
-from calibrate.twin_latency import fit_base, with_own_latencies
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -63,6 +62,7 @@ from calibrate.twin_live import (
     scenario,
 )
 from calibrate.twin_own_scale import RunScale, measure_runs, scaled_sides, spread, tracking
+from calibrate.twin_steplog import fit_base, run_prefill_scale, with_own_latencies, with_prefill_scale
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
@@ -95,15 +95,27 @@ def calibrate_instances(out: Path, latencies: bool = False) -> tuple[dict[str, P
         if (cal / "run.json").is_file():
             dest = out / "profiles" / f"{label}.yaml"
             found, _, scaled = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
+            prefill = run_prefill_scale(out, label, cal, fitted)
+            scaled = with_prefill_scale(scaled, prefill, str(cal.relative_to(out)))
             profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
             mine = measure_runs(out, label, fitted)
             runs["own-scale"] += mine
-            runs["tracking"] += tracking(RunScale(cal, read_run(cal), fitted, found), mine)
+            runs["tracking"] += tracking(RunScale(cal, read_run(cal), fitted, found, prefill=prefill), mine)
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
-                         "study_runs (not used)": spread(mine)})
+                         "study_runs (not used)": spread(mine),
+                         "prefill_scale (step log)": prefill_spread(prefill, mine)})
     return profiles, pd.DataFrame(rows), runs
+
+
+def prefill_spread(calibration: tuple[float, int] | None, runs: list[RunScale]) -> str:
+    """The calibration trace's prefill scale, then the study runs' min–max (not used): '—' without a step log."""
+    if calibration is None:
+        return "—"
+    got = [r.prefill[0] for r in runs if r.prefill is not None]
+    rest = f"; study runs {min(got):.2f}–{max(got):.2f} (not used)" if got else ""
+    return f"{calibration[0]:.2f}{rest}"
 
 
 def scaled_checks(out: Path, conditions: list[tuple[float, float]], runs: list[RunScale], kind: str) -> pd.DataFrame:
@@ -131,7 +143,7 @@ def known_cells(out: Path, rate: float | None) -> Cells | None:
 
 def fit_family(out: Path, family: str, latencies: bool = False) -> Path:
     """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml (with
-    ``latencies``, SGLang's with its probed instance's measured latencies: ``calibrate.twin_latency``)."""
+    ``latencies``, SGLang's with its probed instance's measured latencies: ``calibrate.twin_steplog``)."""
     base = fit_base(out, family) if latencies else "cpu-base"
     return fit_to(probe_dirs(out, family), family, out / "profiles" / f"cpu-{family}.yaml", base)
 

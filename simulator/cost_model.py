@@ -24,7 +24,9 @@ the graph limit and its eager step time otherwise.
 
 A pure-decode step is then multiplied by the family's ``decode_scale`` (1 unless measured): how much
 slower one engine instance's decode steps run under serving load than its probes said, measured on a
-calibration trace (``calibrate.decode_load``; docs/cost-model.md).
+calibration trace (``calibrate.decode_load``; docs/cost-model.md); a step with prefill by its
+``prefill_scale`` (1 unless measured): the same for prefill steps, from an engine's own step log
+(``calibrate.step_log.prefill_scale``).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ class CostModel:
 
     def step_time(self, b: BatchShape) -> float:
         t = self.cost(b).total_s
-        return t * self.ovh.decode_scale if b.is_pure_decode else t
+        return t * (self.ovh.decode_scale if b.is_pure_decode else self.ovh.prefill_scale)
 
     @property
     def request_latency(self) -> float:

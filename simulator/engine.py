@@ -6,7 +6,8 @@ per-request latency, 0 unless fitted), and its tokens and completion reach the c
 ``CostModel.delivery_latency`` after the engine produced them (the output path, 0 unless measured).
 Ties: SimPy orders events at the same simulated time by the order in which they were scheduled; a
 step's completion and an arrival at the same instant are therefore handled in scheduling order, and
-requests that become issuable during a step are seen by the next ``schedule()`` call. Client timeouts are applied at step boundaries.
+requests that become issuable during a step are seen by the next ``schedule()`` call. Client timeouts
+are applied at step boundaries.
 
 With a ``step_log`` list the replica appends one event per step in the schema of the engine's own step
 log (live/sglang_cpu/steplog): ``{"ev": "run", "t0", "t1", "mode", "reqs"}``, mode EXTEND (prefill),

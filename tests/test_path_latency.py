@@ -13,8 +13,8 @@ import pytest
 from analysis.records import read_run, write_run
 from calibrate.fit import Window, fit_steps, predict_time, with_params
 from calibrate.step_log import measured_latencies
-from calibrate.twin_latency import fit_base, with_own_latencies
 from calibrate.twin_live import calibration_dir, scenario
+from calibrate.twin_steplog import fit_base, with_own_latencies
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.cost_model import BatchShape, CostModel

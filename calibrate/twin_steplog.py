@@ -1,0 +1,95 @@
+"""What an SGLang instance's step log measures for the twin study (calibrate/step_log.py).
+
+**Prefill scale.** Forwards with prefill ran 1.00–1.07× their probe-fitted price on the calibration traces
+of `twin-o`'s three SGLang instances and 0.97–1.40× (Σ measured / Σ priced) in their study runs: the
+instance's prefill speed under load, as ``decode_scale`` is its decode speed. Each instance's profile takes
+the scale its calibration trace measured (held out); the tracking twin the scale of the run before
+(``calibrate.twin_own_scale``).
+
+**Latencies outside its forwards** (``--path-latencies``, off by default): the front end's (send to the
+scheduler's receipt) and the output path's (results processed to the first token at the client),
+measured on the calibration trace.
+
+They are latencies, not engine time: a request's dependants are sent when its last token reaches the
+client, and reach the scheduler after the front end, so the forward started meanwhile runs without them.
+The probe fit charges each probe's window both latencies (``fit.Window``) instead of its steps: the family
+fit takes the probed instance's, each instance's profile its own. A study recorded without step logs
+keeps both at 0 (its reports regenerate unchanged).
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+from analysis.records import read_run
+from calibrate.engine_steps import prefill_scale
+from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
+from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dir
+from simulator.cost_model import CostModel, extends_whole_sequence
+from simulator.profiles import load_hardware, load_model
+
+MODEL = "tiny-llama"
+
+
+def step_log(out: Path, label: str) -> Path:
+    """Where the study's instance of this configuration wrote its step log (``PREFIX.<pid>`` files)."""
+    return out / "logs" / f"{label}.steps"
+
+
+def has_step_log(out: Path, label: str) -> bool:
+    return CONFIGS[label][0] == "sglang" and bool(glob.glob(f"{step_log(out, label)}.*"))
+
+
+def run_prefill_scale(out: Path, label: str, run_dir: Path, profile: str | Path) -> tuple[float, int] | None:
+    """The prefill scale of one run of the instance (Σ measured / Σ priced by ``profile`` over the forwards
+    with prefill its step log shows in the run's window), or None (no step log, too few forwards)."""
+    if not has_step_log(out, label):
+        return None
+    run = read_run(run_dir)
+    forwards, _ = live_window(read_events(step_log(out, label)), run)
+    backend = run.meta.get("engine_config", {}).get("attention_backend")
+    cost = CostModel(load_hardware(str(profile)), load_model(MODEL), "sglang", 1, 1 << 20,
+                     extends_whole_sequence(backend))
+    return prefill_scale(forwards, cost)
+
+
+def with_prefill_scale(profile: Path, found: tuple[float, int] | None, source: str, dest: Path | None = None) -> Path:
+    """The profile with a measured prefill scale (unchanged, or copied to ``dest``, when none was)."""
+    if found is None:
+        if dest is not None and dest != profile:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(Path(profile).read_text())
+            return dest
+        return profile
+    scale, n = found
+    return write_measured(profile, dest or profile, "sglang", {"prefill_scale": (
+        scale, f"{source}: step log, forwards with prefill, Σ measured / Σ priced over {n}")})
+
+
+def instance_latencies(out: Path, label: str) -> dict[str, Any] | None:
+    """The instance's latencies on its calibration trace, or None (not SGLang, or no step log or run)."""
+    cal = calibration_dir(out, label)
+    if not has_step_log(out, label) or not (cal / "run.json").is_file():
+        return None
+    return measured_latencies(cal, step_log(out, label))
+
+
+def fit_base(out: Path, family: str, base: str = "cpu-base") -> str:
+    """The profile a family's probe fit starts from: ``base``, with — for SGLang — the latencies of the
+    instance that was probed in its default configuration."""
+    lat = instance_latencies(out, KNEE_PROBES) if family == "sglang" else None
+    if lat is None:
+        return base
+    dest = out / "profiles" / f"base-{family}.yaml"
+    return str(write_latencies(load_hardware(base).path, dest, "sglang", lat,
+                               str(calibration_dir(out, KNEE_PROBES).relative_to(out))))
+
+
+def with_own_latencies(out: Path, label: str, profile: Path) -> Path:
+    """The instance's profile with its own latencies (unchanged where none were measured)."""
+    lat = instance_latencies(out, label)
+    if lat is None:
+        return profile
+    return write_latencies(profile, profile, "sglang", lat, str(calibration_dir(out, label).relative_to(out)))
