@@ -116,3 +116,55 @@ def test_the_study_measures_an_instances_latencies_from_its_step_log(tmp_path: P
 def test_a_study_without_step_logs_fits_from_the_plain_base(tmp_path: Path):
     assert fit_base(tmp_path, "sglang") == "cpu-base"
     assert not (tmp_path / "profiles").exists()
+
+
+def test_prefill_scale_multiplies_steps_with_prefill_only():
+    hw = load_hardware("cpu-base")
+    plain = CostModel(hw, load_model("tiny-llama"), "sglang", 1, 1 << 20, True)
+    slow = CostModel(_with(hw, "sglang", prefill_scale=1.25), load_model("tiny-llama"), "sglang", 1, 1 << 20, True)
+    pre, dec, mixed = BatchShape(), BatchShape(), BatchShape()
+    pre.add_prefill(205, 1843, True)
+    dec.add_decode(2048)
+    mixed.add_prefill(64, 0, True)
+    mixed.add_decode(2048)
+    assert slow.step_time(pre) == pytest.approx(1.25 * plain.step_time(pre))
+    assert slow.step_time(mixed) == pytest.approx(1.25 * plain.step_time(mixed))
+    assert slow.step_time(dec) == pytest.approx(plain.step_time(dec))
+
+
+def test_an_instances_prefill_scale_from_its_step_log(tmp_path: Path):
+    """The 'live' run's forwards are the twin's own with the base profile: Σ measured / Σ priced is 1 against
+    it, 1/1.25 against a profile that prices prefill 1.25x; too few extends measure nothing; the scale
+    lands in the profile as measured."""
+    from calibrate.engine_steps import MIN_EXTENDS, prefill_scale
+    from calibrate.twin_steplog import run_prefill_scale, with_prefill_scale
+    cal = _engine_run(tmp_path, inbound=0.004, outbound=0.006)
+    base = Path(load_hardware("cpu-base").path)
+    found = run_prefill_scale(tmp_path, "sglang-lpm", cal, base)
+    assert found is not None and found[0] == pytest.approx(1.0, abs=1e-6) and found[1] >= MIN_EXTENDS
+    prof = with_prefill_scale(base, (1.25, 40), "calibration", tmp_path / "p.yaml")
+    assert load_hardware(str(prof)).overhead("sglang").prefill_scale == pytest.approx(1.25)
+    again = run_prefill_scale(tmp_path, "sglang-lpm", cal, prof)
+    assert again is not None and again[0] == pytest.approx(0.8, abs=1e-6)
+    cost = CostModel(load_hardware("cpu-base"), load_model("tiny-llama"), "sglang", 1, 1 << 20, True)
+    one = {"mode": "EXTEND", "t0": 0.0, "t1": 0.1, "reqs": [[0, 205, 1843]]}
+    assert prefill_scale([one] * (MIN_EXTENDS - 1), cost) is None
+    assert run_prefill_scale(tmp_path, "sglang-fcfs-c512", cal, base) is None        # no step log
+    assert with_prefill_scale(base, None, "x") == base
+
+
+def test_the_tracking_twin_carries_the_prefill_scale_of_the_run_before(tmp_path: Path):
+    import pandas as pd
+
+    from analysis.records import RunRecord
+    from calibrate.twin_own_scale import RunScale, tracking
+
+    def run(name: str, start: float, prefill: float | None) -> RunScale:
+        rec = RunRecord(meta={"run_window": {"start_s": 0.0, "start_unix": start}}, requests=pd.DataFrame())
+        return RunScale(tmp_path / name, rec, tmp_path / "fit.yaml", None,
+                        prefill=None if prefill is None else (prefill, 20))
+    got = tracking(run("calibration", 0.0, 1.02), [run("seed-2", 200.0, None), run("seed-1", 100.0, 1.3),
+                                                   run("seed-3", 300.0, 1.1)])
+    assert [r.path.name for r in got] == ["seed-1", "seed-2", "seed-3"]
+    assert [r.prefill[0] for r in got if r.prefill] == [1.02, 1.3, 1.3]
+    assert [r.prefill_source.name for r in got if r.prefill_source] == ["calibration", "seed-1", "seed-1"]
