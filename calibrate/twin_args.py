@@ -15,9 +15,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-realtime-client", action="store_true",
                     help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "
                          "the engines share its 2 CPUs)")
-    ap.add_argument("--path-latencies", action="store_true",
-                    help="give SGLang's twins the front end's and the output path's latencies its instances' step "
-                         "logs measured, and fit its probes with them (calibrate.twin_steplog); off by default")
+    ap.add_argument("--no-path-latencies", dest="path_latencies", action="store_false",
+                    help="leave out SGLang's front-end and output-path latencies that its instances' step logs "
+                         "measured (by default its twins have them and its probes are fitted with them: "
+                         "calibrate.twin_steplog)")
     ap.add_argument("--repeat-of", action="append", default=[], metavar="DIR",
                     help="another study folder with the same pinned cells: its live runs are held to the targets "
                          "against this study's, in the simulator's place (repeatable)")

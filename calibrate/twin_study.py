@@ -82,7 +82,7 @@ def family_profile(out: Path, label: str) -> Path:
 Scaled = dict[str, list[RunScale]]
 
 
-def calibrate_instances(out: Path, latencies: bool = False) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
+def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
     """Each configuration's profile: its family's probe fit with the decode_scale its instance's
     calibration trace measured (the probe fit alone where no calibration run exists); the table of those
     scales; and every study run with its own scale (``own-scale``, a diagnostic) and with the scale of the
@@ -141,7 +141,7 @@ def known_cells(out: Path, rate: float | None) -> Cells | None:
     return [(float(r), float(s)) for r, s in doc["conditions"]]
 
 
-def fit_family(out: Path, family: str, latencies: bool = False) -> Path:
+def fit_family(out: Path, family: str, latencies: bool = True) -> Path:
     """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml (with
     ``latencies``, SGLang's with its probed instance's measured latencies: ``calibrate.twin_steplog``)."""
     base = fit_base(out, family) if latencies else "cpu-base"
@@ -220,7 +220,7 @@ def cell_tables(out: Path, cond: str, lives: list[RunRecord], profiles: dict[str
 
 
 def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Path] | None = None,
-              latencies: bool = False) -> str:
+              latencies: bool = True) -> str:
     """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
     counts and, for each repeat study given, the counts its live runs reach against this study's), then
     per cell the client, keeps-pace, per-configuration, gap and φ tables."""
