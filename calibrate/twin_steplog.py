@@ -6,11 +6,12 @@ instance's prefill speed under load, as ``decode_scale`` is its decode speed. Ea
 the scale its calibration trace measured (held out); the tracking twin the scale of the run before
 (``calibrate.twin_own_scale``).
 
-**Latencies outside its forwards** (``--no-path-latencies`` leaves them out): the front end's (send to the
-scheduler's receipt, 4.0–6.2 ms at an idle scheduler in 26 of `twin-o`'s 27 SGLang runs) and the output path's (results processed
-to the first token at the client, 2.4–5.9 ms median per run; up to 9.6 under load), measured on the
-calibration trace. Fitted with them, the probes put less in each prefill step (`twin-o`: 10.1 ms per step
-instead of 17.1), whose forwards the calibration trace then measures at a prefill scale of its own.
+**Latencies outside its forwards** (``--no-path-latencies`` leaves them out): the front end's (send to
+the scheduler's receipt: 4.0–6.2 ms at an idle scheduler in 26 of `twin-o`'s 27 SGLang runs) and the
+output path's (results processed to the first token at the client: 2.4–5.9 ms median per run, 9.6 in
+one under load), measured on the calibration trace. Fitted with them, the probes put less in each
+prefill step (`twin-o`: 10.1 ms per step instead of 17.1), whose forwards the calibration trace then
+measures at a prefill scale of its own (1.04–1.12 instead of 1.00–1.07).
 
 They are latencies, not engine time: a request's dependants are sent when its last token reaches the
 client, and reach the scheduler after the front end, so the forward started meanwhile runs without them.
