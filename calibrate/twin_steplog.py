@@ -16,7 +16,8 @@ measures at a prefill scale of its own (1.04–1.12 instead of 1.00–1.07).
 They are latencies, not engine time: a request's dependants are sent when its last token reaches the
 client, and reach the scheduler after the front end, so the forward started meanwhile runs without them.
 The probe fit charges each probe's window both latencies (``fit.Window``) instead of its steps: the family
-fit takes the probed instance's, each instance's profile its own. A study recorded without step logs
+fit takes the probed instance's, each instance's profile its own (the tracking and own-scale twins, built
+on the family fit, keep the probed instance's). A study recorded without step logs
 keeps both at 0 (its reports regenerate unchanged).
 """
 
