@@ -29,6 +29,13 @@ def read_forwards(prefix: str | Path) -> list[dict[str, Any]]:
     return [e for e in read_events(prefix) if e.get("ev") == "run" and e.get("reqs")]
 
 
+def sglang_cost(hardware: str | Path, model: str, backend: str | None) -> CostModel:
+    """The cost model an SGLang step log is priced with: one replica, no graph limit, the backend's extend
+    attention."""
+    return CostModel(load_hardware(str(hardware)), load_model(model), "sglang", 1, 1 << 20,
+                     extends_whole_sequence(backend))
+
+
 def shape(ev: dict[str, Any]) -> BatchShape:
     b = BatchShape()
     for r in ev["reqs"]:
@@ -79,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention-backend", default="torch_native", help="the engine's resolved backend")
     a = ap.parse_args(argv)
     try:
-        cost = CostModel(load_hardware(a.hardware), load_model(a.model), "sglang", 1, 1 << 20,
-                         extends_whole_sequence(a.attention_backend))
+        cost = sglang_cost(a.hardware, a.model, a.attention_backend)
         print(to_markdown(summary(priced(read_forwards(a.prefix), cost)).round(3)))
     except ServetwinError as err:
         print(f"error: {err}")

@@ -11,8 +11,10 @@ few milliseconds of each other would swap two of them; both then carry the same 
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +27,25 @@ from scenarios.errors import ServetwinError
 
 
 def read_events(prefix: str | Path) -> list[dict[str, Any]]:
-    """Every event of a step log's files (one per scheduler process), in time order."""
+    """Every event of a step log's files (one per scheduler process), in time order. A log is parsed once
+    per version of its files (the twin study prices every run of an instance against the same log); the
+    events are shared, so callers must not change them."""
     files = sorted(glob.glob(f"{prefix}.*"))
     if not files:
         raise ServetwinError(f"no step log at {prefix}.<pid> (start SGLang with SglangCpu(step_log=...))")
+    return list(_parse(tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files)))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(files: tuple[tuple[str, int, int], ...]) -> tuple[dict[str, Any], ...]:
     events = []
-    for f in files:
+    for f, _, _ in files:
         for n, line in enumerate(Path(f).read_text().splitlines(), 1):
             try:
                 events.append(json.loads(line))
             except json.JSONDecodeError as err:
                 raise ServetwinError(f"{f}:{n}: not a step-log line ({err.msg})") from None
-    return sorted(events, key=lambda e: e.get("t0", e.get("t", 0.0)))
+    return tuple(sorted(events, key=lambda e: e.get("t0", e.get("t", 0.0))))
 
 
 def with_processing(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -32,11 +32,9 @@ import pandas as pd
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import twin
-from calibrate.engine_steps import priced
+from calibrate.engine_steps import priced, sglang_cost
 from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
 from scenarios.errors import ServetwinError
-from simulator.cost_model import CostModel, extends_whole_sequence
-from simulator.profiles import load_hardware, load_model
 
 PARTS = ("wait", "prefill", "after", "ttft")
 
@@ -94,8 +92,7 @@ def forwards(runs: list[dict[str, Any]], source: str) -> pd.DataFrame:
 def forward_speed(runs: list[dict[str, Any]], hardware: str, model: str, backend: str | None) -> dict[str, float]:
     """The run's forwards against the profile's price for the same batches: median measured/priced per mode
     (``calibrate.engine_steps``), i.e. how fast the instance ran in this run."""
-    cost = CostModel(load_hardware(hardware), load_model(model), "sglang", 1, 1 << 20, extends_whole_sequence(backend))
-    df = priced([e for e in runs if e["reqs"]], cost)
+    df = priced([e for e in runs if e["reqs"]], sglang_cost(hardware, model, backend))
     return {f"{m.lower()}_x": float(df.loc[df["mode"] == m, "ratio"].median()) for m in ("EXTEND", "DECODE")}
 
 

@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from analysis.records import read_run
-from calibrate.engine_steps import prefill_scale
+from calibrate.engine_steps import prefill_scale, sglang_cost
 from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
 from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dir
-from simulator.cost_model import CostModel, extends_whole_sequence
-from simulator.profiles import load_hardware, load_model
+from simulator.profiles import load_hardware
 
 MODEL = "tiny-llama"
 
@@ -54,9 +53,7 @@ def run_prefill_scale(out: Path, label: str, run_dir: Path, profile: str | Path)
     run = read_run(run_dir)
     forwards, _ = live_window(read_events(step_log(out, label)), run)
     backend = run.meta.get("engine_config", {}).get("attention_backend")
-    cost = CostModel(load_hardware(str(profile)), load_model(MODEL), "sglang", 1, 1 << 20,
-                     extends_whole_sequence(backend))
-    return prefill_scale(forwards, cost)
+    return prefill_scale(forwards, sglang_cost(profile, MODEL, backend))
 
 
 def with_prefill_scale(profile: Path, found: tuple[float, int] | None, source: str, dest: Path | None = None) -> Path:

@@ -51,3 +51,13 @@ def single_request_trace(arrivals: np.ndarray, prompt_len: int, max_tokens: int,
                 "tool_delay_max_s": 0.0, "prefix_sha256": "", "counts": {}}
     manifest["digests"] = {k: sha256(npy_bytes(v)) for k, v in arrays.items()}
     return Trace(manifest=manifest, arrays=arrays)
+
+
+def assert_dependants_sent_when_ready(trace: Trace, requests) -> None:  # type: ignore[no-untyped-def]
+    """Every dependant was sent when its last predecessor's last token reached the client, plus its tool
+    delay (``requests``: a run's requests table indexed by request_id)."""
+    for i in range(trace.n_requests):
+        preds = trace.predecessors(i)
+        if len(preds):
+            ready = requests.loc[preds, "last_token_s"].max() + trace.arrays["delay_s"][i]
+            assert abs(requests.loc[i, "send_s"] - ready) < 1e-9, (i, requests.loc[i, "send_s"], ready)

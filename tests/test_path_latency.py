@@ -19,6 +19,7 @@ from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import HardwareProfile, load_hardware, load_model
+from tests.helpers import assert_dependants_sent_when_ready
 
 START = 1.8e9
 
@@ -36,11 +37,7 @@ def test_tokens_and_dependants_wait_for_the_output_path(small_trace):
     slow = simulate(small_trace, "sglang-0.4.1", _with(hw, "sglang", deliver_s=0.02), check_every=1)
     r = slow.requests.set_index("request_id")
     assert r["ok"].all()
-    for i in range(small_trace.n_requests):
-        preds = small_trace.predecessors(i)
-        if len(preds):
-            ready = r.loc[preds, "last_token_s"].max() + small_trace.arrays["delay_s"][i]
-            assert r.loc[i, "send_s"] == pytest.approx(ready, abs=1e-9)
+    assert_dependants_sent_when_ready(small_trace, r)
     first = int(base.requests["send_s"].idxmin())
     b, s = base.requests.loc[first], slow.requests.loc[first]
     assert s["first_token_s"] - s["send_s"] == pytest.approx(b["first_token_s"] - b["send_s"] + 0.02, abs=1e-9)

@@ -16,7 +16,7 @@ from analysis.records import read_run, write_run
 from scenarios import compile_trace
 from simulator import simulate
 from tests.conftest import small_scenario
-from tests.helpers import constant_hardware, single_request_trace
+from tests.helpers import assert_dependants_sent_when_ready, constant_hardware, single_request_trace
 
 ENGINES = [("vllm-0.6.3", {"enable_prefix_caching": True}),
            ("vllm-0.6.3", {"enable_prefix_caching": True, "enable_chunked_prefill": True,
@@ -49,11 +49,7 @@ def test_every_request_served_and_dependencies_respected(small_trace):
     rec = simulate(small_trace, "sglang-0.4.1", check_every=1)
     r = rec.requests.set_index("request_id")
     assert r["ok"].all()
-    for i in range(small_trace.n_requests):
-        preds = small_trace.predecessors(i)
-        if len(preds):
-            ready = r.loc[preds, "last_token_s"].max() + small_trace.arrays["delay_s"][i]
-            assert abs(r.loc[i, "send_s"] - ready) < 1e-9
+    assert_dependants_sent_when_ready(small_trace, r)
 
 
 def test_md1_mean_wait():
