@@ -28,7 +28,7 @@ import pandas as pd
 from analysis.records import RunRecord, find_runs, read_run, write_run
 from calibrate.compare import side_by_side, twin, twin_dir
 from calibrate.decode_load import DecodeScale, measure, overhead_family, write_scaled
-from calibrate.twin_steplog import run_prefill_scale, with_prefill_scale
+from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
 from scenarios.errors import ServetwinError
 
 MODEL = "tiny-llama"
@@ -41,13 +41,13 @@ class RunScale:
     fitted: Path                       # its engine family's probe-fitted profile (unscaled)
     scale: DecodeScale | None          # None: too few decode gaps in the run to measure one
     source: Path | None = None         # the run the scale was measured on (None: this run itself)
-    prefill: tuple[float, int] | None = None   # SGLang's prefill scale from its step log (calibrate.twin_steplog)
+    prefill: PrefillScale | None = None        # its prefill scale (calibrate.twin_steplog)
     prefill_source: Path | None = None         # the run it was measured on (None: this run itself)
 
 
 def measure_runs(out: Path, label: str, fitted: Path) -> list[RunScale]:
     """Each of the configuration's study runs with its own decode scale against the unscaled fit (and, for
-    an SGLang instance with a step log, its own prefill scale)."""
+    its own prefill scale: an SGLang instance's from its step log, vLLM's from its lone requests)."""
     got = []
     for path in find_runs([out / "live"]):
         if path.parent.name != label:

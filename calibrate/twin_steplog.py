@@ -1,9 +1,12 @@
-"""What an SGLang instance's step log measures for the twin study (calibrate/step_log.py).
+"""What an engine instance's runs measure for the twin study beyond its decode scale: its prefill scale and
+(from an SGLang step log, calibrate/step_log.py) its latencies outside the forwards.
 
-**Prefill scale.** Forwards with prefill ran 1.00–1.07× their probe-fitted price on the calibration traces
-of `twin-o`'s three SGLang instances and 0.97–1.40× (Σ measured / Σ priced) in their study runs: the
-instance's prefill speed under load, as ``decode_scale`` is its decode speed. Each instance's profile takes
-the scale its calibration trace measured (held out); the tracking twin the scale of the run before
+**Prefill scale.** An SGLang instance's forwards with prefill ran 1.00–1.07× their probe-fitted price on the
+calibration traces of `twin-o`'s three SGLang instances and 0.97–1.40× (Σ measured / Σ priced) in their
+study runs: the instance's prefill speed under load, as ``decode_scale`` is its decode speed. vLLM writes
+no step log; its prefill scale comes from the requests a run served alone (``calibrate.lone_prefill``:
+1.00–1.18 on the calibration traces of `twin-i` to `twin-p`). Each instance's profile takes the scale its
+calibration trace measured (held out); the tracking twin the scale of the run before
 (``calibrate.twin_own_scale``).
 
 **Latencies outside its forwards** (``--no-path-latencies`` leaves them out): the front end's (send to
@@ -25,10 +28,13 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from analysis.records import read_run
+from calibrate.compare import twin
+from calibrate.decode_load import overhead_family
 from calibrate.engine_steps import prefill_scale, sglang_cost
+from calibrate.lone_prefill import lone_prefill_scale
 from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
 from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dir
 from simulator.profiles import load_hardware
@@ -45,18 +51,35 @@ def has_step_log(out: Path, label: str) -> bool:
     return CONFIGS[label][0] == "sglang" and bool(glob.glob(f"{step_log(out, label)}.*"))
 
 
-def run_prefill_scale(out: Path, label: str, run_dir: Path, profile: str | Path) -> tuple[float, int] | None:
-    """The prefill scale of one run of the instance (Σ measured / Σ priced by ``profile`` over the forwards
-    with prefill its step log shows in the run's window), or None (no step log, too few forwards)."""
-    if not has_step_log(out, label):
-        return None
+class PrefillScale(NamedTuple):
+    scale: float
+    n: int              # forwards (step log) or requests served alone it was measured over
+    family: str         # the profile's engine family it scales
+    basis: str          # how it was measured
+
+
+def run_prefill_scale(out: Path, label: str, run_dir: Path, profile: str | Path) -> PrefillScale | None:
+    """The prefill scale of one run of the instance against ``profile``: for SGLang, Σ measured / Σ priced
+    over the forwards with prefill its step log shows in the run's window; for vLLM, from the requests the
+    run served alone (``calibrate.lone_prefill``). None: an SGLang instance without a step log, or too few
+    forwards or lone requests."""
     run = read_run(run_dir)
-    forwards, _ = live_window(read_events(step_log(out, label)), run)
-    backend = run.meta.get("engine_config", {}).get("attention_backend")
-    return prefill_scale(forwards, sglang_cost(profile, MODEL, backend))
+    if CONFIGS[label][0] == "sglang":
+        if not has_step_log(out, label):
+            return None
+        forwards, _ = live_window(read_events(step_log(out, label)), run)
+        backend = run.meta.get("engine_config", {}).get("attention_backend")
+        found = prefill_scale(forwards, sglang_cost(profile, MODEL, backend))
+        return None if found is None else PrefillScale(
+            *found, "sglang", f"step log, forwards with prefill, Σ measured / Σ priced over {found[1]}")
+    family = overhead_family(run)
+    ovh = load_hardware(str(profile)).overhead(family)
+    lone = lone_prefill_scale(run, twin(run, str(profile), MODEL), ovh.request_s + ovh.deliver_s)
+    return None if lone is None else PrefillScale(
+        *lone, family, f"requests served alone, TTFT beyond the fixed latencies, median live / twin over {lone[1]}")
 
 
-def with_prefill_scale(profile: Path, found: tuple[float, int] | None, source: str, dest: Path | None = None) -> Path:
+def with_prefill_scale(profile: Path, found: PrefillScale | None, source: str, dest: Path | None = None) -> Path:
     """The profile with a measured prefill scale (unchanged, or copied to ``dest``, when none was)."""
     if found is None:
         if dest is not None and dest != profile:
@@ -64,9 +87,8 @@ def with_prefill_scale(profile: Path, found: tuple[float, int] | None, source: s
             dest.write_text(Path(profile).read_text())
             return dest
         return profile
-    scale, n = found
-    return write_measured(profile, dest or profile, "sglang", {"prefill_scale": (
-        scale, f"{source}: step log, forwards with prefill, Σ measured / Σ priced over {n}")})
+    return write_measured(profile, dest or profile, found.family,
+                          {"prefill_scale": (found.scale, f"{source}: {found.basis}")})
 
 
 def instance_latencies(out: Path, label: str) -> dict[str, Any] | None:

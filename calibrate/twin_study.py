@@ -11,19 +11,20 @@ sglang-fcfs-c512. Rates: around the knee of the slower engine, found by capacity
 simulated twin, once: the cells are pinned in ``OUT/conditions.json`` so that refitting a profile re-simulates
 the same live runs instead of starting a new study (delete the file for a new knee); the knee is searched on
 SGLang's twin fitted to its default configuration's probes, as soon as they exist. Without --quick: two rates
-and a sharing sweep, 3 seeds each, 40-second runs (about 43 minutes, capacity search included, on a 2-core CPU
+and a sharing sweep, 3 seeds each, 40-second runs (43–54 minutes, capacity search included, on a 2-core CPU
 without bf16 matrix instructions); with --quick: one rate, 2 seeds. The profiles are fitted on probes, so
 every study seed is held out from the fit: each engine is probed in its default configuration (``STUDY_PLAN``)
 and with its 512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its
 runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration
 trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
-fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), written to
-``OUT/profiles/<config>.yaml``. The report's targets use those profiles and repeat the counts with the
-probe-only ones, with a tracking twin (every run scaled by the decode speed its instance measured in the run
-it served before) and, as a diagnostic, with every run's twin scaled by that run's own decode speed
-(``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same pinned cells) holds
-that study's live runs to the same targets against this one's, in the simulator's place: how well the engines
-agree with themselves on this machine.
+fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), and its prefill steps its
+``prefill_scale`` (SGLang's from its step log, vLLM's from the requests served alone:
+``calibrate.twin_steplog``), written to ``OUT/profiles/<config>.yaml``. The report's targets use those
+profiles and repeat the counts with the probe-only ones, with a tracking twin (every run scaled by the speeds
+its instance measured in the run it served before) and, as a diagnostic, with every run's twin scaled by
+that run's own speeds (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same
+pinned cells) holds that study's live runs to the same targets against this one's, in the simulator's place:
+how well the engines agree with themselves on this machine.
 
     python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
 """
@@ -62,7 +63,7 @@ from calibrate.twin_live import (
     scenario,
 )
 from calibrate.twin_own_scale import RunScale, measure_runs, scaled_sides, spread, tracking
-from calibrate.twin_steplog import fit_base, run_prefill_scale, with_own_latencies, with_prefill_scale
+from calibrate.twin_steplog import PrefillScale, fit_base, run_prefill_scale, with_own_latencies, with_prefill_scale
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
@@ -105,17 +106,18 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
                          "study_runs (not used)": spread(mine),
-                         "prefill_scale (step log)": prefill_spread(prefill, mine)})
+                         "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(prefill, mine)})
     return profiles, pd.DataFrame(rows), runs
 
 
-def prefill_spread(calibration: tuple[float, int] | None, runs: list[RunScale]) -> str:
-    """The calibration trace's prefill scale, then the study runs' min–max (not used): '—' without a step log."""
+def prefill_spread(calibration: PrefillScale | None, runs: list[RunScale]) -> str:
+    """The calibration trace's prefill scale, then the study runs' min–max (not used): '—' where none was
+    measured (an SGLang instance without a step log)."""
     if calibration is None:
         return "—"
-    got = [r.prefill[0] for r in runs if r.prefill is not None]
+    got = [r.prefill.scale for r in runs if r.prefill is not None]
     rest = f"; study runs {min(got):.2f}–{max(got):.2f} (not used)" if got else ""
-    return f"{calibration[0]:.2f}{rest}"
+    return f"{calibration.scale:.2f}{rest}"
 
 
 def scaled_checks(out: Path, conditions: list[tuple[float, float]], runs: list[RunScale], kind: str) -> pd.DataFrame:

@@ -134,15 +134,16 @@ def test_an_instances_prefill_scale_from_its_step_log(tmp_path: Path):
     it, 1/1.25 against a profile that prices prefill 1.25x; too few extends measure nothing; the scale
     lands in the profile as measured."""
     from calibrate.engine_steps import MIN_EXTENDS, prefill_scale
-    from calibrate.twin_steplog import run_prefill_scale, with_prefill_scale
+    from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
     cal = _engine_run(tmp_path, inbound=0.004, outbound=0.006)
     base = Path(load_hardware("cpu-base").path)
     found = run_prefill_scale(tmp_path, "sglang-lpm", cal, base)
-    assert found is not None and found[0] == pytest.approx(1.0, abs=1e-6) and found[1] >= MIN_EXTENDS
-    prof = with_prefill_scale(base, (1.25, 40), "calibration", tmp_path / "p.yaml")
+    assert found is not None and found.scale == pytest.approx(1.0, abs=1e-6) and found.n >= MIN_EXTENDS
+    assert (found.family, found.basis.startswith("step log")) == ("sglang", True)
+    prof = with_prefill_scale(base, PrefillScale(1.25, 40, "sglang", "test"), "calibration", tmp_path / "p.yaml")
     assert load_hardware(str(prof)).overhead("sglang").prefill_scale == pytest.approx(1.25)
     again = run_prefill_scale(tmp_path, "sglang-lpm", cal, prof)
-    assert again is not None and again[0] == pytest.approx(0.8, abs=1e-6)
+    assert again is not None and again.scale == pytest.approx(0.8, abs=1e-6)
     cost = CostModel(load_hardware("cpu-base"), load_model("tiny-llama"), "sglang", 1, 1 << 20, True)
     one = {"mode": "EXTEND", "t0": 0.0, "t1": 0.1, "reqs": [[0, 205, 1843]]}
     assert prefill_scale([one] * (MIN_EXTENDS - 1), cost) is None
@@ -155,13 +156,14 @@ def test_the_tracking_twin_carries_the_prefill_scale_of_the_run_before(tmp_path:
 
     from analysis.records import RunRecord
     from calibrate.twin_own_scale import RunScale, tracking
+    from calibrate.twin_steplog import PrefillScale
 
     def run(name: str, start: float, prefill: float | None) -> RunScale:
         rec = RunRecord(meta={"run_window": {"start_s": 0.0, "start_unix": start}}, requests=pd.DataFrame())
         return RunScale(tmp_path / name, rec, tmp_path / "fit.yaml", None,
-                        prefill=None if prefill is None else (prefill, 20))
+                        prefill=None if prefill is None else PrefillScale(prefill, 20, "sglang", "test"))
     got = tracking(run("calibration", 0.0, 1.02), [run("seed-2", 200.0, None), run("seed-1", 100.0, 1.3),
                                                    run("seed-3", 300.0, 1.1)])
     assert [r.path.name for r in got] == ["seed-1", "seed-2", "seed-3"]
-    assert [r.prefill[0] for r in got if r.prefill] == [1.02, 1.3, 1.3]
+    assert [r.prefill.scale for r in got if r.prefill] == [1.02, 1.3, 1.3]
     assert [r.prefill_source.name for r in got if r.prefill_source] == ["calibration", "seed-1", "seed-1"]
