@@ -10,9 +10,10 @@ vLLM only: on a CPU, SGLang streams a prefill's first token after the *next* for
 scheduler), so a lone request's TTFT there holds another forward; SGLang's prefill scale comes from its
 step log.
 
-Measured: vLLM's lone requests took 1.00–1.31× their twin's TTFT, median about 1.05, in the study runs of
-`twin-o` and `twin-p` (docs/twin-study.md); its probes, sent one at a time to an idle engine, are priced
-within a few per cent, so the difference is the instance under serving.
+Measured: the prefill of vLLM's lone requests took 1.00–1.30× the twin's (the scale, per run) in the 36
+vLLM study runs of `twin-o` and `twin-p`, 0.98–1.21 on the calibration traces of `twin-i` to `twin-p` (9–15
+lone requests each; docs/twin-study.md); its probes, sent one at a time to an idle engine, are priced within
+a few per cent, so the difference is the instance under serving.
 """
 
 from __future__ import annotations

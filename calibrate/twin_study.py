@@ -72,8 +72,8 @@ from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
 
-OWN_SCALE_COLUMN = "met with each run's own decode scale (diagnostic, not held out)"
-TRACKING_COLUMN = "met by a tracking twin (decode scale of the run its instance served before; held out)"
+OWN_SCALE_COLUMN = "met with each run's own scales (diagnostic, not held out)"
+TRACKING_COLUMN = "met by a tracking twin (the scales of the run its instance served before; held out)"
 
 
 def family_profile(out: Path, label: str) -> Path:
@@ -237,8 +237,8 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         checks.append(c)
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
     calibrated = not scales.empty
-    what = ("profiles fitted on probes, each instance's decode steps scaled by its calibration trace (seed "
-            f"{CALIBRATION_SEED}): every study seed is held out" if calibrated else
+    what = ("profiles fitted on probes, each instance's decode and prefill steps scaled as its calibration trace "
+            f"(seed {CALIBRATION_SEED}) measured: every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
     if latencies:
         what += "; SGLang's front-end and output-path latencies as its step logs measured"

@@ -69,8 +69,9 @@ def same_side(measured: float, simulated: float) -> bool:
 def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: pd.DataFrame) -> pd.DataFrame:
     """One row per target and cell: the engine gap (TTFT p50/p95, throughput) within 20 % and on the same
     side of 1 (and whether the simulated gap lies inside the measured gap's 95 % interval over seeds: with
-    3 seeds that interval is often wider than ±20 %); φ within ±0.15; per-engine TTFT p50 and E2E p50
-    within 15 %."""
+    3 seeds that interval is often wider than ±20 %); φ within ±0.15 wherever the measured gaps decompose
+    (|ln R_def| > ln 1.1; a twin whose defaults gap is too close to 1 to decompose there misses it);
+    per-engine TTFT p50 and E2E p50 within 15 %."""
     rows = []
     for arm in ("defaults", "matched"):
         pair = "/".join(PAIRS[arm])
@@ -85,13 +86,12 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
             rows.append({"cell": cond, "target": f"gap {m}", "what": arm, "measured": meas, "simulated": sim,
                          "error": rel, "same_side": side, "in_measured_ci": bool(lo <= sim <= hi),
                          "met": side and abs(rel) <= GAP_TOLERANCE})
-    for _, r in phi.iterrows():
-        if r["metric"] in ("ttft_p50", "ttft_p95", "throughput") and pd.notna(r["measured_phi"]) \
-                and pd.notna(r["simulated_phi"]):
+    for _, r in phi.iterrows():       # a check wherever the measurement decomposes; a twin that does not: missed
+        if r["metric"] in ("ttft_p50", "ttft_p95", "throughput") and pd.notna(r["measured_phi"]):
             d = float(r["simulated_phi"]) - float(r["measured_phi"])
             rows.append({"cell": cond, "target": f"phi {r['metric']}", "what": "defaults vs matched",
                          "measured": float(r["measured_phi"]), "simulated": float(r["simulated_phi"]), "error": d,
-                         "met": abs(d) <= PHI_TOLERANCE})
+                         "met": bool(abs(d) <= PHI_TOLERANCE)})
     for _, r in per_config[per_config["metric"].isin(["ttft_p50", "e2e_p50"])].iterrows():
         rows.append({"cell": cond, "target": f"engine {r['metric']}", "what": r["config"],
                      "measured": r["measured"], "simulated": r["simulated"], "error": r["rel_error"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -187,7 +188,9 @@ def test_twin_study_target_checks():
          "measured_lo": 0.15, "measured_hi": 0.3},
         {"pair": "vllm-c512/sglang-lpm-c512", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 1.3,
          "measured_lo": 0.1, "measured_hi": 0.4}])
-    phi = pd.DataFrame([{"metric": "ttft_p50", "measured_phi": 0.1, "simulated_phi": 0.3}])
+    phi = pd.DataFrame([{"metric": "ttft_p50", "measured_phi": 0.1, "simulated_phi": 0.3},
+                        {"metric": "ttft_p95", "measured_phi": 0.2, "simulated_phi": math.nan},
+                        {"metric": "throughput", "measured_phi": math.nan, "simulated_phi": 0.4}])
     per = pd.DataFrame([{"config": "vllm-c512", "metric": "e2e_p50", "measured": 1.0, "simulated": 1.1,
                          "rel_error": 0.1}])
     t = target_checks("c", gaps, phi, per).set_index(["target", "what"])
@@ -196,6 +199,8 @@ def test_twin_study_target_checks():
     assert not t.loc[("gap ttft_p50", "matched"), "in_measured_ci"]
     assert not t.loc[("gap ttft_p50", "matched"), "same_side"]               # 0.2 vs 1.3: opposite sides
     assert not t.loc[("phi ttft_p50", "defaults vs matched"), "met"]         # off by 0.2 > 0.15
+    assert not t.loc[("phi ttft_p95", "defaults vs matched"), "met"]         # the twin's gap does not decompose
+    assert ("phi throughput", "defaults vs matched") not in t.index          # the engines' gap does not
     assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]
 
 
