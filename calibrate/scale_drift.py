@@ -1,0 +1,108 @@
+"""How well does what an instance measured before a run predict the scales it measures in the run? For each
+engine instance of recorded twin studies, its study runs in the order it served them, each run's own decode
+and prefill scales (``OUT/profiles/own-scale``, written by the study) against three predictors: the
+calibration trace's (what the held-out twin uses), the run before's (the tracking twin's), and the
+calibration trace pooled with the instance's first run (weighted by what each measured over: what a
+calibration trace as long as both would have given). Every predictor is judged on the same runs — each
+instance's second and later — by the mean |ln(measured / predicted)|.
+
+    python -m calibrate.scale_drift OUT [OUT ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from analysis.tables import to_markdown
+from calibrate.twin_live import CONFIGS
+from scenarios.errors import ServetwinError
+
+SCALES = ("decode_scale", "prefill_scale")
+FAMILY = {"vllm": "vllm-v1", "sglang": "sglang"}
+
+
+@dataclass(frozen=True)
+class Scale:
+    value: float
+    n: int            # what it was measured over (decode gaps, forwards, lone requests)
+
+
+def read_scales(profile: Path, family: str) -> dict[str, Scale]:
+    """The measured scales of one profile the study wrote (value, and the count its source names)."""
+    ovh = yaml.safe_load(profile.read_text())["cost"]["overheads"][family]
+    got = {}
+    for key in SCALES:
+        entry = ovh.get(key)
+        if isinstance(entry, dict) and entry.get("basis") == "measured":
+            n = re.findall(r"over (\d+)", str(entry.get("source", "")))
+            if not n:
+                raise ServetwinError(f"{profile}: {key} has no 'over N' in its source")
+            got[key] = Scale(float(entry["value"]), int(n[-1]))
+    return got
+
+
+def instance_runs(out: Path, label: str, family: str) -> list[dict[str, Scale]]:
+    """The scales of each of the instance's study runs, in the order it served them."""
+    runs = []
+    for prof in (out / "profiles" / "own-scale").glob(f"*/{label}/seed-*.yaml"):
+        run_json = out / "live" / prof.parent.parent.name / label / prof.stem / "run.json"
+        start = json.loads(run_json.read_text())["run_window"]["start_unix"]
+        runs.append((float(start), read_scales(prof, family)))
+    return [s for _, s in sorted(runs, key=lambda r: r[0])]
+
+
+def errors(out: Path) -> pd.DataFrame:
+    """One row per instance, scale, predictor and judged run: |ln(measured / predicted)|."""
+    rows = []
+    for label, (engine, *_) in CONFIGS.items():
+        cal_profile = out / "profiles" / f"{label}.yaml"
+        if not cal_profile.is_file():
+            continue
+        cal, runs = read_scales(cal_profile, FAMILY[engine]), instance_runs(out, label, FAMILY[engine])
+        for key in SCALES:
+            seq = [r.get(key) for r in runs]
+            if key not in cal or len(seq) < 2 or seq[0] is None:
+                continue
+            c, first = cal[key], seq[0]
+            pooled = (c.value * c.n + first.value * first.n) / (c.n + first.n)
+            for k in range(1, len(seq)):
+                now, before = seq[k], seq[k - 1]
+                if now is None or before is None:
+                    continue
+                for name, p in (("calibration trace", c.value), ("the run before", before.value),
+                                ("calibration trace + first run", pooled)):
+                    rows.append({"study": out.name, "config": label, "scale": key, "predictor": name,
+                                 "abs_log_ratio": abs(float(np.log(now.value / p)))})
+    return pd.DataFrame(rows)
+
+
+def summary(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    df = pd.concat(frames, ignore_index=True)
+    if df.empty:
+        raise ServetwinError("no instance with measured scales and two or more study runs")
+    g = df.groupby(["scale", "predictor"], sort=False)["abs_log_ratio"]
+    return g.agg(runs="size", mean_abs_log_ratio="mean").reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("studies", nargs="+", help="twin-study folders (OUT) whose reports were built")
+    a = ap.parse_args(argv)
+    try:
+        print(to_markdown(summary([errors(Path(s)) for s in a.studies]).round(4)))
+    except ServetwinError as err:
+        print(f"error: {err}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The scale-drift diagnostic judges every predictor of an instance's scales on the same runs, taken in the
+order the instance served them (not the order of their folders)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from calibrate.scale_drift import errors, main, summary
+
+
+def _profile(path: Path, decode: tuple[float, int], prefill: tuple[float, int] | None = None) -> None:
+    ovh = {"decode_scale": {"value": decode[0], "basis": "measured", "source": f"x: over {decode[1]} gaps"}}
+    if prefill is not None:
+        ovh["prefill_scale"] = {"value": prefill[0], "basis": "measured", "source": f"x: Σ over {prefill[1]}"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"cost": {"overheads": {"sglang": ovh}}}))
+
+
+def _study(root: Path) -> Path:
+    out = root / "twin-x"
+    _profile(out / "profiles" / "sglang-lpm.yaml", (1.2, 100), (1.1, 10))
+    # served in the order seed-3, seed-1, seed-2 (start times), whatever their names
+    for seed, start, decode in (("seed-1", 200.0, (1.1, 300)), ("seed-2", 300.0, (1.3, 300)),
+                                ("seed-3", 100.0, (1.0, 200))):
+        _profile(out / "profiles" / "own-scale" / "rate0.4-sigma0.9" / "sglang-lpm" / f"{seed}.yaml", decode)
+        run = out / "live" / "rate0.4-sigma0.9" / "sglang-lpm" / seed / "run.json"
+        run.parent.mkdir(parents=True)
+        run.write_text(json.dumps({"run_window": {"start_unix": start}}))
+    return out
+
+
+def test_predictors_are_judged_on_the_instances_later_runs(tmp_path: Path):
+    df = errors(_study(tmp_path))
+    assert set(df["scale"]) == {"decode_scale"}          # the runs measured no prefill scale
+    got = df.groupby("predictor")["abs_log_ratio"].apply(list).to_dict()
+    pooled = (1.2 * 100 + 1.0 * 200) / 300
+    assert got["calibration trace"] == pytest.approx([abs(math.log(1.1 / 1.2)), abs(math.log(1.3 / 1.2))])
+    assert got["the run before"] == pytest.approx([abs(math.log(1.1 / 1.0)), abs(math.log(1.3 / 1.1))])
+    assert got["calibration trace + first run"] == pytest.approx([abs(math.log(1.1 / pooled)),
+                                                                   abs(math.log(1.3 / pooled))])
+    table = summary([df]).set_index("predictor")
+    assert (table["runs"] == 2).all()
+
+
+def test_a_folder_without_measured_scales_is_one_clear_error(tmp_path: Path, capsys):  # type: ignore[no-untyped-def]
+    assert main([str(tmp_path)]) == 2
+    assert "no instance with measured scales" in capsys.readouterr().out
