@@ -29,7 +29,7 @@ MIN_LONE = 5          # fewer requests served alone than this in a run: no prefi
 
 def served_alone(live: RunRecord, sim: RunRecord) -> pd.DataFrame:
     """The live run's requests sent with no other in flight whose first token came before the next request
-    was sent, with their live and simulated TTFT (s), in order of sending."""
+    was sent, with their live and simulated TTFT (s), by request id."""
     lv = live.requests.set_index("request_id")
     lv = lv.assign(in_flight=in_flight_at_send(lv))
     sv = sim.requests.set_index("request_id")[["send_s", "first_token_s"]].add_suffix("_sim")

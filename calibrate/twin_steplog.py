@@ -5,7 +5,7 @@
 calibration traces of `twin-o`'s three SGLang instances and 0.97–1.40× (Σ measured / Σ priced) in their
 study runs: the instance's prefill speed under load, as ``decode_scale`` is its decode speed. vLLM writes
 no step log; its prefill scale comes from the requests a run served alone (``calibrate.lone_prefill``:
-1.00–1.18 on the calibration traces of `twin-i` to `twin-p`). Each instance's profile takes the scale its
+0.98–1.21 on the calibration traces of `twin-i` to `twin-p`). Each instance's profile takes the scale its
 calibration trace measured (held out); the tracking twin the scale of the run before
 (``calibrate.twin_own_scale``).
 
