@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pandas as pd
 from analysis.metrics import run_metrics
 from analysis.records import RecordError, RunRecord
 from analysis.stats import geomean, paired_gap, removed_fraction, spread_of_medians
+from scenarios.errors import ServetwinError
 
 LATENCY = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50")
 
@@ -182,3 +184,13 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def print_table(make: Callable[[], pd.DataFrame]) -> int:
+    """A diagnostic command's body: print the table ``make`` builds, or its one clear error (exit code 2)."""
+    try:
+        print(to_markdown(make()))
+    except ServetwinError as err:
+        print(f"error: {err}")
+        return 2
+    return 0

@@ -15,9 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.tables import to_markdown
+from analysis.tables import print_table
 from calibrate.step_log import read_events
-from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
@@ -85,13 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--attention-backend", default="torch_native", help="the engine's resolved backend")
     a = ap.parse_args(argv)
-    try:
-        cost = sglang_cost(a.hardware, a.model, a.attention_backend)
-        print(to_markdown(summary(priced(read_forwards(a.prefix), cost)).round(3)))
-    except ServetwinError as err:
-        print(f"error: {err}")
-        return 2
-    return 0
+    return print_table(lambda: summary(priced(read_forwards(a.prefix),
+                                             sglang_cost(a.hardware, a.model, a.attention_backend))).round(3))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.tables import to_markdown
+from analysis.tables import print_table
 from calibrate.twin_live import CONFIGS
 from scenarios.errors import ServetwinError
 
@@ -96,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", nargs="+", help="twin-study folders (OUT) whose reports were built")
     a = ap.parse_args(argv)
-    try:
-        print(to_markdown(summary([errors(Path(s)) for s in a.studies]).round(4)))
-    except ServetwinError as err:
-        print(f"error: {err}")
-        return 2
-    return 0
+    return print_table(lambda: summary([errors(Path(s)) for s in a.studies]).round(4))
 
 
 if __name__ == "__main__":
