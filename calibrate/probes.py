@@ -41,6 +41,8 @@ from live.priority import client_scheduling
 from live.records import LiveRequest
 from live.run import capture_config, run_loop, wait_healthy
 
+SETTLE_S = 1.0      # after a mixed probe's decodes are stopped: their aborts reach the engine's next step
+
 
 @dataclass
 class ProbePlan:
@@ -97,8 +99,8 @@ class Prober:
         rid = self._n
         self._n += 1
         rec = LiveRequest(rid, rid, "probe", time.perf_counter() - self.t0, len(prompt), max_tokens)
+        self.all_recs.append(rec)                 # a stopped stream keeps the chunks it had
         await stream_one(self.client, self.cfg, rec, prompt, self.t0)
-        self.all_recs.append(rec)
         if row is not None:
             row.request_id = rid
             self.recs.append(rec)
@@ -149,12 +151,18 @@ class Prober:
 
     async def _mixed(self, n: int, c: int, k: int) -> None:
         """c long decodes; once they stream, a prompt of n tokens; the window's decode rate is recorded
-        on the prompt's row (context = c, the decodes sharing its steps)."""
+        on the prompt's row (context = c, the decodes sharing its steps). The window ends with the prompt's
+        first token, and so do the decodes: their streams are closed, which aborts them in the engine (both
+        engines abort a request whose client disconnects), and the next probe waits ``SETTLE_S`` for an
+        idle engine. Letting them run out cost SGLang's CPU path about 25 s of every pass."""
         longs = [asyncio.create_task(self._send(self._ids(self.plan.decode_prompt), 4 * self.plan.decode_tokens, None))
                  for _ in range(c)]
         await asyncio.sleep(0.5)
         await self._send(self._ids(n), 1, ProbeRow(0, "mixed", n, 0, c, k) if k >= 0 else None)
-        await asyncio.gather(*longs)
+        for task in longs:
+            task.cancel()
+        await asyncio.gather(*longs, return_exceptions=True)
+        await asyncio.sleep(SETTLE_S)
 
 def _mixed_windows(pr: Prober, chunks: pd.DataFrame) -> dict[str, dict[str, float]]:
     """For each mixed probe: its prefill window and the decode streams' seconds per token inside it."""

@@ -20,7 +20,8 @@ from calibrate.probes import ProbePlan, probe
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
-from scenarios.compiler import compile_trace
+from scenarios.arrivals import arrival_times
+from scenarios.compiler import compile_trace, layer_rng
 from scenarios.spec import scenario_from_dict
 
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -75,6 +76,7 @@ PROBED: dict[str, tuple[str, ProbePlan]] = {
     "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", CHUNK_PLAN),
     "sglang-lpm": ("sglang", SGLANG_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
 CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
+# (``calibration_scenario``; since twin-s it starts with its first DAG)
 # each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
 RUN_S = 40.0
 
@@ -83,6 +85,19 @@ Cells = list[tuple[float, float]]
 
 def cell(rate: float, sharing: float) -> str:
     return f"rate{rate:g}-sigma{sharing:g}"
+
+
+def calibration_scenario(rate: float, sharing: float) -> dict[str, Any]:
+    """An instance's calibration trace: seed ``CALIBRATION_SEED`` of the cell, its gamma arrivals moved to
+    start with the first DAG at 0 (a ``replay`` of them), then ``CALIBRATION_S`` of them. Unmoved, seed 0's
+    first DAG came 13.7 s into a 30-s trace at λ = 0.39, and the calibration rested on the 6 DAGs of its
+    last 16 s; moved, the same 30 s serve about twice as many."""
+    sc = scenario(rate, sharing, 2 * CALIBRATION_S, CALIBRATION_SEED)
+    spec = scenario_from_dict(sc)
+    times = arrival_times(spec.arrivals, spec.duration_s, layer_rng(CALIBRATION_SEED, "arrivals"))
+    moved = times - times[0] if times.size else times
+    sc["arrivals"] = {"kind": "replay", "times": [float(t) for t in moved[moved < CALIBRATION_S]]}
+    return {**sc, "duration_s": CALIBRATION_S}
 
 
 def calibration_dir(out: Path, label: str) -> Path:
@@ -112,12 +127,12 @@ def pending_probe(out: Path, label: str) -> Path | None:
 
 
 def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
-                 duration: float) -> list[tuple[float, float, int, float, Path]]:
+                 duration: float) -> list[tuple[dict[str, Any], Path]]:
     """The configuration's runs not yet recorded: its calibration trace (the first cell, seed 0) first."""
-    todo = [(r, s, seed, duration, out / "live" / cell(r, s) / label / f"seed-{seed}")
+    todo = [(scenario(r, s, duration, seed), out / "live" / cell(r, s) / label / f"seed-{seed}")
             for r, s in cells for seed in seeds]
     if cells:
-        todo.insert(0, (*cells[0], CALIBRATION_SEED, CALIBRATION_S, calibration_dir(out, label)))
+        todo.insert(0, (calibration_scenario(*cells[0]), calibration_dir(out, label)))
     return [t for t in todo if not (t[-1] / "run.json").is_file()]
 
 
@@ -140,8 +155,8 @@ def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Calla
             if known is None:
                 return False
             todo = pending_runs(out, label, known, seeds, duration)
-        for r, s, seed, secs, dest in todo:
-            trace = compile_trace(scenario_from_dict(scenario(r, s, secs, seed)))
+        for sc, dest in todo:
+            trace = compile_trace(scenario_from_dict(sc))
             rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
                            LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid, cold_cache=True), dest)
             print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)

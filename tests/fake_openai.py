@@ -1,7 +1,8 @@
 """A minimal OpenAI-compatible streaming server on raw asyncio (HTTP/1.1 keep-alive, chunked SSE), for
 testing the live client's control flow and measuring its dispatch lag without an engine. It serves
 ``/health``, ``/metrics``, ``/v1/models`` and streaming ``/v1/completions`` (one token per chunk every
-``token_s``); the first ``fail_first`` completions get HTTP 500."""
+``token_s``; a stream whose client goes away stops, as an engine aborts it); the first ``fail_first``
+completions get HTTP 500."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class FakeOpenAI:
         self.token_s, self.fail_first = token_s, fail_first
         self.completions = 0
         self.arrivals: list[float] = []      # wall time (time.time()) each completion request was read
+        self.streamed: list[tuple[int, int]] = []     # per finished or abandoned stream: (max_tokens, tokens sent)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -52,11 +54,16 @@ class FakeOpenAI:
                 return self._plain(w, 500, "injected failure")
             req = json.loads(body)
             w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for _ in range(int(req["max_tokens"])):
-                if self.token_s:
-                    await asyncio.sleep(self.token_s)
-                self._chunk(w, 'data: {"choices":[{"index":0,"text":"x","token_ids":[5]}]}\n\n')
-                await w.drain()
+            sent = 0
+            try:
+                for _ in range(int(req["max_tokens"])):
+                    if self.token_s:
+                        await asyncio.sleep(self.token_s)
+                    self._chunk(w, 'data: {"choices":[{"index":0,"text":"x","token_ids":[5]}]}\n\n')
+                    await w.drain()
+                    sent += 1
+            finally:
+                self.streamed.append((int(req["max_tokens"]), sent))
             self._chunk(w, f'data: {{"choices":[],"usage":{{"completion_tokens":{req["max_tokens"]}}}}}\n\n')
             self._chunk(w, "data: [DONE]\n\n")
             w.write(b"0\r\n\r\n")

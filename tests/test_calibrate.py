@@ -46,3 +46,21 @@ def test_fitted_profile_is_a_profile(tmp_path: Path):
     out = write_profile(HW.path, tmp_path / "fitted.yaml", "vllm-v0", TRUE, "test fit", {"r2": 0.99})
     hw = load_hardware(str(out))
     assert hw.eta_compute == pytest.approx(0.31) and hw.overhead("vllm-v0").step_eager_s == pytest.approx(0.009)
+
+
+def test_mixed_probe_stops_its_decodes_when_its_window_closes(tmp_path: Path):
+    """A mixed probe measures the decode streams only inside the prompt's prefill window; their streams are
+    then closed (an engine aborts them), not left to run out their long outputs."""
+    from calibrate.probes import ProbePlan, probe
+    from tests.fake_openai import FakeOpenAI
+    srv = FakeOpenAI(token_s=0.005).start()
+    try:
+        plan = ProbePlan(prefill_lengths=(), cached=(), decode_batches=(), shared_decode=(), mixed=((64, 3),),
+                         decode_tokens=1000, repeats=1, warm_passes=0)
+        rec = probe(srv.url, "fake", tmp_path / "probe", plan)
+    finally:
+        srv.stop()
+    (window,) = rec.meta["mixed_windows"].values()
+    assert window["decode_tokens_in_window"] > 0                  # the decodes streamed through the window
+    longs = [sent for wanted, sent in srv.streamed if wanted == 4000]
+    assert len(longs) == 3 and max(longs) < 1000                 # and were stopped long before 4,000 tokens

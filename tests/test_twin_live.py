@@ -112,3 +112,18 @@ def test_the_study_probes_its_own_request_shapes() -> None:
         prompts = scenario_from_dict(tl.scenario(0.3, sharing, 10.0, 1)).prompts
         for label, (_, plan) in tl.PROBED.items():
             assert (prompts.F, prompts.D) in plan.cached, (label, sharing)
+
+
+def test_the_calibration_trace_serves_from_its_first_second() -> None:
+    """An instance's calibration trace is its seed's gamma arrivals moved to start with the first DAG at 0,
+    then CALIBRATION_S of them: no idle lead-in, the same prompts and graphs as the unmoved seed."""
+    from scenarios.compiler import compile_trace
+    from scenarios.spec import scenario_from_dict
+    cal = compile_trace(scenario_from_dict(tl.calibration_scenario(0.39, 0.9)))
+    plain = compile_trace(scenario_from_dict(tl.scenario(0.39, 0.9, 60.0, tl.CALIBRATION_SEED)))
+    t, t0 = cal.arrays["arrival_s"], plain.arrays["arrival_s"]
+    assert t.min() == 0.0 and t.max() < tl.CALIBRATION_S
+    assert t0.min() > 10.0                            # the unmoved seed is idle for its first seconds
+    n = cal.n_requests
+    assert list(t) == list(t0[:n] - t0.min())         # the same arrivals, moved
+    assert (cal.arrays["max_tokens"] == plain.arrays["max_tokens"][:n]).all()
