@@ -3,8 +3,11 @@ engine instance of recorded twin studies, its study runs in the order it served 
 and prefill scales (``OUT/profiles/own-scale``, written by the study) against three predictors: the
 calibration trace's (what the held-out twin uses), the run before's (the tracking twin's), and the
 calibration trace pooled with the instance's first run (weighted by what each measured over: what a
-calibration trace as long as both would have given). Every predictor is judged on the same runs — each
-instance's second and later — by the mean |ln(measured / predicted)|.
+calibration trace as long as both would have given), and the family's calibration traces (the geometric
+mean of the calibration scales of every instance of the same engine in the study: one 30-s trace is a
+noisy measure of an instance, and on one machine the instances of an engine may differ less than their
+traces do). Every predictor is judged on the same runs — each instance's second and later — by the mean
+|ln(measured / predicted)|.
 
     python -m calibrate.scale_drift OUT [OUT ...]
 """
@@ -59,26 +62,43 @@ def instance_runs(out: Path, label: str, family: str) -> list[dict[str, Scale]]:
     return [s for _, s in sorted(runs, key=lambda r: r[0])]
 
 
+def calibrations(out: Path) -> dict[str, dict[str, Scale]]:
+    """Each configuration's calibration-trace scales, where the study wrote its profile."""
+    got = {}
+    for label, (engine, *_) in CONFIGS.items():
+        cal_profile = out / "profiles" / f"{label}.yaml"
+        if cal_profile.is_file():
+            got[label] = read_scales(cal_profile, FAMILY[engine])
+    return got
+
+
+def family_scale(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> float | None:
+    """The geometric mean of one scale over the calibration traces of every instance of an engine."""
+    got = [c[key].value for label, c in cals.items() if CONFIGS[label][0] == engine and key in c]
+    return float(np.exp(np.mean(np.log(got)))) if got else None
+
+
 def errors(out: Path) -> pd.DataFrame:
     """One row per instance, scale, predictor and judged run: |ln(measured / predicted)|."""
     rows = []
-    for label, (engine, *_) in CONFIGS.items():
-        cal_profile = out / "profiles" / f"{label}.yaml"
-        if not cal_profile.is_file():
-            continue
-        cal, runs = read_scales(cal_profile, FAMILY[engine]), instance_runs(out, label, FAMILY[engine])
+    cals = calibrations(out)
+    for label, cal in cals.items():
+        engine = CONFIGS[label][0]
+        runs = instance_runs(out, label, FAMILY[engine])
         for key in SCALES:
             seq = [r.get(key) for r in runs]
             if key not in cal or len(seq) < 2 or seq[0] is None:
                 continue
             c, first = cal[key], seq[0]
             pooled = (c.value * c.n + first.value * first.n) / (c.n + first.n)
+            family = family_scale(cals, engine, key)
             for k in range(1, len(seq)):
                 now, before = seq[k], seq[k - 1]
                 if now is None or before is None:
                     continue
                 for name, p in (("calibration trace", c.value), ("the run before", before.value),
-                                ("calibration trace + first run", pooled)):
+                                ("calibration trace + first run", pooled),
+                                ("the family's calibration traces", family)):
                     rows.append({"study": out.name, "config": label, "scale": key, "predictor": name,
                                  "abs_log_ratio": abs(float(np.log(now.value / p)))})
     return pd.DataFrame(rows)

@@ -43,8 +43,22 @@ def test_predictors_are_judged_on_the_instances_later_runs(tmp_path: Path):
     assert got["the run before"] == pytest.approx([abs(math.log(1.1 / 1.0)), abs(math.log(1.3 / 1.1))])
     assert got["calibration trace + first run"] == pytest.approx([abs(math.log(1.1 / pooled)),
                                                                    abs(math.log(1.3 / pooled))])
+    # the only SGLang instance with a calibration: the family's calibration traces are its own
+    assert got["the family's calibration traces"] == pytest.approx(got["calibration trace"])
     table = summary([df]).set_index("predictor")
     assert (table["runs"] == 2).all()
+
+
+def test_the_family_predictor_is_the_geometric_mean_of_its_engines_calibrations(tmp_path: Path):
+    out = _study(tmp_path)
+    _profile(out / "profiles" / "sglang-fcfs-c512.yaml", (1.5, 100))       # another SGLang instance
+    vllm = {"cost": {"overheads": {"vllm-v1": {"decode_scale": {"value": 3.0, "basis": "measured",
+                                                               "source": "x: over 9 gaps"}}}}}
+    (out / "profiles" / "vllm-c512.yaml").write_text(yaml.safe_dump(vllm))  # another engine: not pooled
+    df = errors(out)
+    fam = df[(df["config"] == "sglang-lpm") & (df["predictor"] == "the family's calibration traces")]
+    g = math.sqrt(1.2 * 1.5)
+    assert list(fam["abs_log_ratio"]) == pytest.approx([abs(math.log(1.1 / g)), abs(math.log(1.3 / g))])
 
 
 def test_a_folder_without_measured_scales_is_one_clear_error(tmp_path: Path, capsys):  # type: ignore[no-untyped-def]
