@@ -72,10 +72,11 @@ def calibrations(out: Path) -> dict[str, dict[str, Scale]]:
     return got
 
 
-def family_scale(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> float | None:
-    """The geometric mean of one scale over the calibration traces of every instance of an engine."""
+def family_scale(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> float:
+    """The geometric mean of one scale over the calibration traces of every instance of an engine (called
+    for an instance that has it, so there is at least one)."""
     got = [c[key].value for label, c in cals.items() if CONFIGS[label][0] == engine and key in c]
-    return float(np.exp(np.mean(np.log(got)))) if got else None
+    return float(np.exp(np.mean(np.log(got))))
 
 
 def errors(out: Path) -> pd.DataFrame:
