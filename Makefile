@@ -50,8 +50,8 @@ $(ENGINE_VENV)/.installed:
 # its CPU requirements; the sgl_kernel stand-in (live/sglang_cpu) goes on PYTHONPATH at launch.
 SGLANG_VENV ?= .engine-sglang
 .PHONY: engine-sglang twin-study
-# The two-engine study on this machine, live and simulated (43–44 minutes on a 2-core CPU without bf16 matrix
-# instructions, capacity search included; about 7 per configuration for its live runs; TWIN_FLAGS=--quick for one cell).
+# The two-engine study on this machine, live and simulated (42 minutes on a 2-core AMD EPYC, capacity search
+# included; about 6.5 per configuration for its live runs; docs/twin-study.md; TWIN_FLAGS=--quick for one cell).
 twin-study: $(STAMP) engine engine-sglang
 	$(BIN)/servetwin twin-study --out out/twin $(TWIN_FLAGS)
 

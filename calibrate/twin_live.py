@@ -91,7 +91,7 @@ def calibration_scenario(rate: float, sharing: float) -> dict[str, Any]:
     """An instance's calibration trace: seed ``CALIBRATION_SEED`` of the cell, its gamma arrivals moved to
     start with the first DAG at 0 (a ``replay`` of them), then ``CALIBRATION_S`` of them. Unmoved, seed 0's
     first DAG came 13.7 s into a 30-s trace at λ = 0.39, and the calibration rested on the 6 DAGs of its
-    last 16 s; moved, the same 30 s serve about twice as many."""
+    last 16 s; moved, the same 30 s serve 14."""
     sc = scenario(rate, sharing, 2 * CALIBRATION_S, CALIBRATION_SEED)
     spec = scenario_from_dict(sc)
     times = arrival_times(spec.arrivals, spec.duration_s, layer_rng(CALIBRATION_SEED, "arrivals"))
