@@ -16,12 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from calibrate.probes import ProbePlan, probe
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
-from scenarios.arrivals import arrival_times
-from scenarios.compiler import compile_trace, layer_rng
+from scenarios.compiler import build_trace, compile_trace
 from scenarios.spec import scenario_from_dict
 
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -93,9 +94,9 @@ def calibration_scenario(rate: float, sharing: float) -> dict[str, Any]:
     first DAG came 13.7 s into a 30-s trace at λ = 0.39, and the calibration rested on the 6 DAGs of its
     last 16 s; moved, the same 30 s serve 14."""
     sc = scenario(rate, sharing, 2 * CALIBRATION_S, CALIBRATION_SEED)
-    spec = scenario_from_dict(sc)
-    times = arrival_times(spec.arrivals, spec.duration_s, layer_rng(CALIBRATION_SEED, "arrivals"))
-    moved = times - times[0] if times.size else times
+    arrays = build_trace(scenario_from_dict(sc)).arrays
+    times = arrays["arrival_s"][np.unique(arrays["dag"], return_index=True)[1]]      # each DAG's arrival
+    moved = times - times[0]
     sc["arrivals"] = {"kind": "replay", "times": [float(t) for t in moved[moved < CALIBRATION_S]]}
     return {**sc, "duration_s": CALIBRATION_S}
 
