@@ -6,7 +6,9 @@ calibration trace pooled with the instance's first run (weighted by what each me
 calibration trace as long as both would have given), and the family's calibration traces (the geometric
 mean of the calibration scales of every instance of the same engine in the study: one 30-s trace is a
 noisy measure of an instance, and on one machine the instances of an engine may differ less than their
-traces do). Every predictor is judged on the same runs — each instance's second and later — by the mean
+traces do), and the instance's other seeds (its calibration trace pooled with its study runs of every
+other seed, as the cross-validated twin takes them: ``calibrate.twin_own_scale.other_seeds``). Every
+predictor is judged on the same runs — each instance's second and later — by the mean
 |ln(measured / predicted)|.
 
     python -m calibrate.scale_drift OUT [OUT ...]
@@ -52,14 +54,19 @@ def read_scales(profile: Path, family: str) -> dict[str, Scale]:
     return got
 
 
-def instance_runs(out: Path, label: str, family: str) -> list[dict[str, Scale]]:
-    """The scales of each of the instance's study runs, in the order it served them."""
+def instance_runs(out: Path, label: str, family: str) -> list[tuple[str, dict[str, Scale]]]:
+    """The seed and scales of each of the instance's study runs, in the order it served them."""
     runs = []
     for prof in (out / "profiles" / "own-scale").glob(f"*/{label}/seed-*.yaml"):
         run_json = out / "live" / prof.parent.parent.name / label / prof.stem / "run.json"
         start = json.loads(run_json.read_text())["run_window"]["start_unix"]
-        runs.append((float(start), read_scales(prof, family)))
-    return [s for _, s in sorted(runs, key=lambda r: r[0])]
+        runs.append((float(start), prof.stem, read_scales(prof, family)))
+    return [(seed, s) for _, seed, s in sorted(runs, key=lambda r: r[0])]
+
+
+def pooled(parts: list[Scale]) -> float:
+    """Scales measured on several runs as one: geometric mean weighted by what each was measured over."""
+    return float(np.exp(sum(p.n * np.log(p.value) for p in parts) / sum(p.n for p in parts)))
 
 
 def calibrations(out: Path) -> dict[str, dict[str, Scale]]:
@@ -87,19 +94,22 @@ def errors(out: Path) -> pd.DataFrame:
         engine = CONFIGS[label][0]
         runs = instance_runs(out, label, FAMILY[engine])
         for key in SCALES:
-            seq = [r.get(key) for r in runs]
+            seq = [r.get(key) for _, r in runs]
+            seeds = [seed for seed, _ in runs]
             if key not in cal or len(seq) < 2 or seq[0] is None:
                 continue
             c, first = cal[key], seq[0]
-            pooled = (c.value * c.n + first.value * first.n) / (c.n + first.n)
+            first_pooled = (c.value * c.n + first.value * first.n) / (c.n + first.n)
             family = family_scale(cals, engine, key)
             for k in range(1, len(seq)):
                 now, before = seq[k], seq[k - 1]
                 if now is None or before is None:
                     continue
+                others = pooled([c] + [s for s, seed in zip(seq, seeds, strict=True)
+                                       if s is not None and seed != seeds[k]])
                 for name, p in (("calibration trace", c.value), ("the run before", before.value),
-                                ("calibration trace + first run", pooled),
-                                ("the family's calibration traces", family)):
+                                ("calibration trace + first run", first_pooled),
+                                ("the family's calibration traces", family), ("the instance's other seeds", others)):
                     rows.append({"study": out.name, "config": label, "scale": key, "predictor": name,
                                  "abs_log_ratio": abs(float(np.log(now.value / p)))})
     return pd.DataFrame(rows)

@@ -1,6 +1,8 @@
-"""Two more ways of scaling the twin study's decode steps, beside the calibration trace's: every live run
-against a twin scaled by that run's *own* decode speed (a diagnostic), and by the speed its instance
-showed in the run it served just before (a tracking twin, held out in time).
+"""Three more ways of scaling the twin study's decode and prefill steps, beside the calibration trace's:
+every live run against a twin scaled by that run's *own* speeds (a diagnostic), by the speeds its instance
+showed in the run it served just before (a tracking twin, held out in time), and by the speeds its
+instance showed over its calibration trace and its runs of the *other* seeds (a cross-validated twin,
+held out by seed).
 
 The study's twins scale an instance's decode steps by what its calibration trace measured (seed 0), so
 each study seed is held out. An instance's decode speed moves from run to run (docs/twin-study.md), and
@@ -16,10 +18,21 @@ predicts a run's decode scale with a mean |log ratio| of 0.073, the calibration 
 what the instance measured in the run before it (the calibration trace for the first), so nothing of the
 run itself enters its twin — it predicts the next run from the instance's recent past, as a twin
 following a live engine would.
+
+An instance's speed also moves *within* a study by more than a 30-s trace can pin down: on the AMD EPYC
+studies (``twin-s``, ``twin-t``) a run's decode scale is uncorrelated with the same trace's on another
+instance or in the other study (r = −0.14 over 45 pairs), so what a run measured is mostly the run's
+own noise, and one 30-s calibration trace carries as much of it as any run. The cross-validated twin
+(``other_seeds``) pools, for each run, what its instance measured on its calibration trace and on every
+study run of another seed (weighted by the gaps or forwards each measured over, geometric mean), so the
+run's own trace, and every run of its seed, stay out of its twin: the "leave one seed out" of a
+cross-validation. It uses runs the instance served after the one it predicts — a twin fitted on the
+whole study but the seed under test, not one that could run ahead of the engine.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +53,9 @@ class RunScale:
     live: RunRecord
     fitted: Path                       # its engine family's probe-fitted profile (unscaled)
     scale: DecodeScale | None          # None: too few decode gaps in the run to measure one
-    source: Path | None = None         # the run the scale was measured on (None: this run itself)
+    source: Path | str | None = None   # the run the scale was measured on (None: this run itself; a str: runs)
     prefill: PrefillScale | None = None        # its prefill scale (calibrate.twin_steplog)
-    prefill_source: Path | None = None         # the run it was measured on (None: this run itself)
+    prefill_source: Path | str | None = None   # the run it was measured on (as ``source``)
 
 
 def measure_runs(out: Path, label: str, fitted: Path) -> list[RunScale]:
@@ -92,6 +105,45 @@ def tracking(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
     return got
 
 
+def pooled_decode(parts: list[DecodeScale]) -> DecodeScale:
+    """Decode scales measured on several runs as one: the geometric mean weighted by each one's gaps."""
+    gaps = sum(p.gaps for p in parts)
+    scale = math.exp(sum(p.gaps * math.log(p.scale) for p in parts) / gaps)
+    return DecodeScale(scale, gaps, pd.concat([p.by_streams for p in parts], ignore_index=True), parts[0].statistic)
+
+
+def pooled_prefill(parts: list[PrefillScale]) -> PrefillScale:
+    """Prefill scales measured on several runs as one: the geometric mean weighted by each one's count."""
+    n = sum(p.n for p in parts)
+    scale = math.exp(sum(p.n * math.log(p.scale) for p in parts) / n)
+    return PrefillScale(scale, n, parts[0].family, f"{parts[0].basis}, pooled over {len(parts)} runs")
+
+
+def seed_of(r: RunScale) -> str:
+    return r.path.name
+
+
+def other_seeds(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
+    """Each of one instance's runs carrying the scales pooled over its calibration trace and its runs of
+    every other seed (the runs that measured one; ``pooled_decode``, ``pooled_prefill``)."""
+    got = []
+    for r in runs:
+        pool = [calibration] + [o for o in runs if seed_of(o) != seed_of(r)]
+        dec = [o.scale for o in pool if o.scale is not None]
+        pre = [o.prefill for o in pool if o.prefill is not None]
+        what = f"calibration trace and the instance's runs of seeds other than {seed_of(r)}"
+        got.append(RunScale(r.path, r.live, r.fitted, pooled_decode(dec) if dec else None, what,
+                            pooled_prefill(pre) if pre else None, what))
+    return got
+
+
+def source_text(source: Path | str | None, run: Path, out: Path) -> str:
+    """What a twin's scale was measured on, as its profile records it."""
+    if isinstance(source, str):
+        return source
+    return str((source or run).relative_to(out))
+
+
 def scaled_sides(out: Path, runs: list[RunScale], kind: str = "own-scale") -> pd.DataFrame:
     """Side-by-side rows of every run against its twin scaled by the run's scale (written under
     OUT/sim-<kind>; the profiles under OUT/profiles/<kind>). A run without a scale keeps the unscaled fit."""
@@ -102,10 +154,9 @@ def scaled_sides(out: Path, runs: list[RunScale], kind: str = "own-scale") -> pd
         profile = r.fitted
         dest = out / "profiles" / kind / cond / live.meta["engine"] / f"{seed}.yaml"
         if r.scale is not None:
-            source = str((r.source or r.path).relative_to(out))
-            profile = write_scaled(r.fitted, dest, overhead_family(live), r.scale, source)
+            profile = write_scaled(r.fitted, dest, overhead_family(live), r.scale, source_text(r.source, r.path, out))
         if r.prefill is not None:
-            profile = with_prefill_scale(profile, r.prefill, str((r.prefill_source or r.path).relative_to(out)), dest)
+            profile = with_prefill_scale(profile, r.prefill, source_text(r.prefill_source, r.path, out), dest)
         sim = twin(live, str(profile), MODEL)
         write_run(sim, twin_dir(out / f"sim-{kind}" / cond, live))
         pairs.append((live, sim))

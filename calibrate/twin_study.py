@@ -62,7 +62,7 @@ from calibrate.twin_live import (
     run_engines,
     scenario,
 )
-from calibrate.twin_own_scale import RunScale, measure_runs, scaled_sides, spread, tracking
+from calibrate.twin_own_scale import RunScale, measure_runs, other_seeds, scaled_sides, spread, tracking
 from calibrate.twin_steplog import PrefillScale, fit_base, run_prefill_scale, with_own_latencies, with_prefill_scale
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
@@ -74,6 +74,8 @@ from simulator.capacity import capacity_search
 
 OWN_SCALE_COLUMN = "met with each run's own scales (diagnostic, not held out)"
 TRACKING_COLUMN = "met by a tracking twin (the scales of the run its instance served before; held out)"
+CROSS_COLUMN = ("met by a cross-validated twin (the scales of the instance's calibration trace and runs of the "
+                "other seeds; held out by seed)")
 
 
 def family_profile(out: Path, label: str) -> Path:
@@ -86,10 +88,11 @@ Scaled = dict[str, list[RunScale]]
 def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
     """Each configuration's profile: its family's probe fit with the decode_scale its instance's
     calibration trace measured (the probe fit alone where no calibration run exists); the table of those
-    scales; and every study run with its own scale (``own-scale``, a diagnostic) and with the scale of the
-    run its instance served before it (``tracking``; ``calibrate.twin_own_scale``)."""
+    scales; and every study run with its own scale (``own-scale``, a diagnostic), with the scale of the
+    run its instance served before it (``tracking``) and with the scale of its instance's calibration trace
+    and runs of the other seeds (``other-seeds``; ``calibrate.twin_own_scale``)."""
     profiles, rows = {}, []
-    runs: Scaled = {"own-scale": [], "tracking": []}
+    runs: Scaled = {"own-scale": [], "tracking": [], "other-seeds": []}
     for label in CONFIGS:
         cal, fitted = calibration_dir(out, label), family_profile(out, label)
         profiles[label] = fitted
@@ -101,7 +104,9 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
             profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
             mine = measure_runs(out, label, fitted)
             runs["own-scale"] += mine
-            runs["tracking"] += tracking(RunScale(cal, read_run(cal), fitted, found, prefill=prefill), mine)
+            cal_run = RunScale(cal, read_run(cal), fitted, found, prefill=prefill)
+            runs["tracking"] += tracking(cal_run, mine)
+            runs["other-seeds"] += other_seeds(cal_run, mine)
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
@@ -122,7 +127,8 @@ def prefill_spread(calibration: PrefillScale | None, runs: list[RunScale]) -> st
 
 def scaled_checks(out: Path, conditions: list[tuple[float, float]], runs: list[RunScale], kind: str) -> pd.DataFrame:
     """The targets, cell by cell, when every run's twin is scaled by the decode speed each run carries:
-    its own (``own-scale``, not a prediction) or its predecessor's (``tracking``)."""
+    its own (``own-scale``, not a prediction), its predecessor's (``tracking``) or its instance's other
+    seeds' (``other-seeds``)."""
     checks = []
     for cond in [cell(r, s) for r, s in conditions]:
         sides = scaled_sides(out, [r for r in runs if r.path.parent.parent.name == cond], kind)
@@ -253,12 +259,17 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             by["met with probe-only profiles"] = met_counts(plain)["met"].reindex(by.index)
             tracked = scaled_checks(out, conditions, runs["tracking"], "tracking")
             by[TRACKING_COLUMN] = met_counts(tracked)["met"].reindex(by.index)
+            crossed = scaled_checks(out, conditions, runs["other-seeds"], "other-seeds")
+            by[CROSS_COLUMN] = met_counts(crossed)["met"].reindex(by.index)
             by[OWN_SCALE_COLUMN] = met_counts(scaled_checks(out, conditions, runs["own-scale"], "own-scale"))[
                 "met"].reindex(by.index)
             tracking_part = ["## The tracking twin's per-engine checks (each run's decode steps scaled by the run "
                              "its instance served before it; the first by the calibration trace)\n",
                              to_markdown(tracked[tracked["target"].str.startswith("engine")].drop(
-                                 columns=["same_side", "in_measured_ci"], errors="ignore")), ""]
+                                 columns=["same_side", "in_measured_ci"], errors="ignore")), "",
+                             "## The cross-validated twin's checks (each run's decode and prefill steps scaled as its "
+                             "instance measured them on its calibration trace and its runs of the other seeds)\n",
+                             to_markdown(crossed), ""]
         rep_parts = []
         for rep in repeats or []:
             got = pd.concat([repeat_checks(out, rep, cell(r, s)) for r, s in conditions], ignore_index=True)

@@ -295,7 +295,7 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
     scaled by each run's own decode speed meet it, and the spread of those scales says 1.6."""
     import yaml
 
-    from calibrate.twin_study import OWN_SCALE_COLUMN, TRACKING_COLUMN, summarise
+    from calibrate.twin_study import CROSS_COLUMN, OWN_SCALE_COLUMN, TRACKING_COLUMN, summarise
     _fake_study(tmp_path, drift=1.6)
     report = summarise(tmp_path, [(0.4, 0.9)])
     head = report.split("## Targets", 1)[1].split("\n\n")[1].splitlines()   # the targets table
@@ -318,6 +318,40 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
         assert second["cost"]["overheads"][fam]["decode_scale"]["value"] == seed1 > 1.4
         assert second["cost"]["overheads"][fam]["decode_scale"]["source"].startswith(
             f"live/rate0.4-sigma0.9/{label}/seed-1:")
+    # the cross-validated twin: seed 2's scale pools the calibration (1.0) with seed 1's run (1.6), not its own
+    assert CROSS_COLUMN in cols and len(list((tmp_path / "sim-other-seeds").rglob("run.json"))) == 10
+    crossed = yaml.safe_load((tmp_path / "profiles" / "other-seeds" / "rate0.4-sigma0.9" / "sglang-lpm" /
+                              "seed-2.yaml").read_text())["cost"]["overheads"]["sglang"]["decode_scale"]
+    assert 1.05 < crossed["value"] < 1.55 and "seeds other than seed-2" in crossed["source"]
+
+
+def test_cross_validated_twin_pools_the_calibration_and_the_other_seeds_runs(tmp_path: Path):
+    """Each run's scales: the geometric mean, weighted by what each measured over, of the calibration
+    trace's and those of the instance's runs of every other seed, in any cell — never its own seed's."""
+    import math
+
+    from calibrate.decode_load import DecodeScale
+    from calibrate.twin_own_scale import RunScale, other_seeds
+    from calibrate.twin_steplog import PrefillScale
+
+    def run(where: str, scale: float | None, gaps: int, prefill: float) -> RunScale:
+        rec = RunRecord(meta={}, requests=pd.DataFrame(), path=tmp_path / where)
+        return RunScale(tmp_path / where, rec, tmp_path / "fit.yaml",
+                        None if scale is None else DecodeScale(scale, gaps, pd.DataFrame()),
+                        prefill=PrefillScale(prefill, gaps // 10, "sglang", "step log"))
+    cal = run("calibration/seed-0", 1.0, 100, 1.0)
+    runs = [run("a/seed-1", 2.0, 300, 1.2), run("b/seed-1", 4.0, 100, 1.2), run("a/seed-2", 1.5, 200, 1.1),
+            run("b/seed-2", None, 0, 1.3)]
+    got = {str(r.path.relative_to(tmp_path)): r for r in other_seeds(cal, runs)}
+    seed1 = math.exp((100 * math.log(1.0) + 200 * math.log(1.5)) / 300)       # calibration + a/seed-2
+    seed2 = math.exp((100 * math.log(1.0) + 300 * math.log(2.0) + 100 * math.log(4.0)) / 500)
+    for where, want in (("a/seed-1", seed1), ("b/seed-1", seed1), ("a/seed-2", seed2), ("b/seed-2", seed2)):
+        assert got[where].scale is not None and got[where].scale.scale == pytest.approx(want)
+    assert got["a/seed-1"].scale.gaps == 300 and got["a/seed-2"].scale.gaps == 500
+    pre = got["a/seed-2"].prefill
+    assert pre is not None and pre.n == 10 + 30 + 10
+    assert pre.scale == pytest.approx(math.exp((10 * math.log(1.0) + 30 * math.log(1.2) + 10 * math.log(1.2)) / 50))
+    assert got["a/seed-2"].source == "calibration trace and the instance's runs of seeds other than seed-2"
 
 
 def test_tracking_twin_scales_each_run_by_the_run_its_instance_served_before(tmp_path: Path):

@@ -43,6 +43,11 @@ def test_predictors_are_judged_on_the_instances_later_runs(tmp_path: Path):
     assert got["the run before"] == pytest.approx([abs(math.log(1.1 / 1.0)), abs(math.log(1.3 / 1.1))])
     assert got["calibration trace + first run"] == pytest.approx([abs(math.log(1.1 / pooled)),
                                                                    abs(math.log(1.3 / pooled))])
+    # the other seeds': seed-1 (300 gaps at 1.1) against the calibration and seed-3 and seed-2, and so on
+    others = [math.exp((100 * math.log(1.2) + 200 * math.log(1.0) + 300 * math.log(1.3)) / 600),
+              math.exp((100 * math.log(1.2) + 200 * math.log(1.0) + 300 * math.log(1.1)) / 600)]
+    assert got["the instance's other seeds"] == pytest.approx([abs(math.log(1.1 / others[0])),
+                                                               abs(math.log(1.3 / others[1]))])
     # the only SGLang instance with a calibration: the family's calibration traces are its own
     assert got["the family's calibration traces"] == pytest.approx(got["calibration trace"])
     table = summary([df]).set_index("predictor")
