@@ -109,7 +109,11 @@ def pooled_decode(parts: list[DecodeScale]) -> DecodeScale:
     """Decode scales measured on several runs as one: the geometric mean weighted by each one's gaps."""
     gaps = sum(p.gaps for p in parts)
     scale = math.exp(sum(p.gaps * math.log(p.scale) for p in parts) / gaps)
-    return DecodeScale(scale, gaps, pd.concat([p.by_streams for p in parts], ignore_index=True), parts[0].statistic)
+    lone = [p for p in parts if p.lone is not None]
+    lone_gaps = sum(p.lone_gaps for p in lone)
+    lone_scale = math.exp(sum(p.lone_gaps * math.log(p.lone) for p in lone if p.lone) / lone_gaps) if lone else None
+    return DecodeScale(scale, gaps, pd.concat([p.by_streams for p in parts], ignore_index=True), parts[0].statistic,
+                       lone_scale, lone_gaps)
 
 
 def pooled_prefill(parts: list[PrefillScale]) -> PrefillScale:

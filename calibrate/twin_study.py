@@ -108,6 +108,7 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
             runs["tracking"] += tracking(cal_run, mine)
             runs["other-seeds"] += other_seeds(cal_run, mine)
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
+                         "lone_request (gaps)": "—" if found.lone is None else f"{found.lone:.3f} ({found.lone_gaps})",
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
                          "study_runs (not used)": spread(mine),

@@ -24,7 +24,8 @@ the graph limit and its eager step time otherwise.
 
 A pure-decode step is then multiplied by the family's ``decode_scale`` (1 unless measured): how much
 slower one engine instance's decode steps run under serving load than its probes said, measured on a
-calibration trace (``calibrate.decode_load``; docs/cost-model.md); a step with prefill by its
+calibration trace (``calibrate.decode_load``; docs/cost-model.md) — a pure-decode step of one request
+by ``decode_scale_lone`` where that was measured apart; a step with prefill by its
 ``prefill_scale`` (1 unless measured): the same for prefill steps, from an engine's own step log
 (``calibrate.step_log.prefill_scale``).
 """
@@ -136,8 +137,16 @@ class CostModel:
         return float(b.decode_ctx)
 
     def step_time(self, b: BatchShape) -> float:
-        t = self.cost(b).total_s
-        return t * (self.ovh.decode_scale if b.is_pure_decode else self.ovh.prefill_scale)
+        return self.cost(b).total_s * self.scale(b)
+
+    def scale(self, b: BatchShape) -> float:
+        """The instance's measured scale of a step: ``prefill_scale`` with prefill, ``decode_scale`` for a
+        pure-decode step, ``decode_scale_lone`` (where measured) for a pure-decode step of one request."""
+        if not b.is_pure_decode:
+            return self.ovh.prefill_scale
+        if b.decodes == 1 and self.ovh.decode_scale_lone is not None:
+            return self.ovh.decode_scale_lone
+        return self.ovh.decode_scale
 
     @property
     def request_latency(self) -> float:

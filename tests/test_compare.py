@@ -281,7 +281,7 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     section = report.split("## Decode scale")[1].split("\n## ")[0]
     scales = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
     assert len(scales) == 1 + len(CONFIGS) and all(float(r[2]) == 1.0 for r in scales[1:])  # identical: 1
-    assert all("1.00–1.00 (1.00, 2 runs)" in r[6] for r in scales[1:])      # each study run measured alike
+    assert all("1.00–1.00 (1.00, 2 runs)" in r[7] for r in scales[1:])      # each study run measured alike
     assert (tmp_path / "profiles" / "sglang-lpm.yaml").is_file()
     assert "rate0.4-sigma0.9: the client" in report and "| not recorded | — | — |" in report   # no lag recorded: say so
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]

@@ -24,9 +24,9 @@ TINY = load_model("tiny-llama")
 SG = {"schedule_policy": "lpm", "max_total_tokens": 65536, "attention_backend": "torch_native"}
 
 
-def slowed(k: float):  # type: ignore[no-untyped-def]
+def slowed(k: float, lone: float | None = None):  # type: ignore[no-untyped-def]
     hw = load_hardware("cpu-base")
-    return dataclasses.replace(hw, overheads={f: dataclasses.replace(o, decode_scale=k)
+    return dataclasses.replace(hw, overheads={f: dataclasses.replace(o, decode_scale=k, decode_scale_lone=lone)
                                               for f, o in hw.overheads.items()})
 
 
@@ -46,6 +46,19 @@ def test_decode_scale_touches_pure_decode_steps_only():
     assert slow.step_time(mixed) == base.step_time(mixed)
 
 
+def test_a_lone_decode_scale_touches_pure_decode_steps_of_one_request_only():
+    base, split = CostModel(slowed(1.0), TINY, "sglang"), CostModel(slowed(1.3, lone=1.1), TINY, "sglang")
+    one, two, mixed = BatchShape(), BatchShape(), BatchShape()
+    one.add_decode(2048)
+    for _ in range(2):
+        two.add_decode(2048)
+    mixed.add_decode(2048)
+    mixed.add_prefill(200, 1800, True)
+    assert split.step_time(one) == pytest.approx(1.1 * base.step_time(one))
+    assert split.step_time(two) == pytest.approx(1.3 * base.step_time(two))
+    assert split.step_time(mixed) == base.step_time(mixed)
+
+
 @pytest.mark.parametrize("k", [1.0, 1.3])
 def test_measures_how_much_slower_an_instance_decodes_than_its_profile(k: float):
     """The "live" run is the same trace simulated with decode steps k times the profile's; the measure
@@ -53,7 +66,18 @@ def test_measures_how_much_slower_an_instance_decodes_than_its_profile(k: float)
     live, twin = sglang_run(slowed(k)), sglang_run(slowed(1.0))
     found = decode_scale(live, twin)
     assert found.scale == pytest.approx(k, rel=0.06)
+    assert found.lone == pytest.approx(k, rel=0.06)
     assert found.gaps > 1000 and len(found.by_streams) >= 3
+
+
+def test_a_lone_requests_decode_is_measured_apart_from_concurrent_ones():
+    """An instance whose lone decodes run at 1.1× its profile and its concurrent ones at 1.4×: both are
+    recovered, each from its own gaps, and a profile written from them carries both."""
+    live, twin = sglang_run(slowed(1.4, lone=1.1)), sglang_run(slowed(1.0))
+    found = decode_scale(live, twin)
+    assert found.scale == pytest.approx(1.4, rel=0.06) and found.lone == pytest.approx(1.1, rel=0.06)
+    lone_gaps = int(found.by_streams.loc[found.by_streams["streaming"] == 1, "live_gaps"].sum())
+    assert found.lone_gaps == lone_gaps > 100 and found.gaps + lone_gaps == found.by_streams["live_gaps"].sum()
 
 
 def _streams(gaps_ms: list[float], streams: int = 3) -> RunRecord:
@@ -92,6 +116,7 @@ def test_the_command_writes_a_profile_with_the_measured_scale(tmp_path: Path, ca
     assert "decode_scale 1.2" in capsys.readouterr().out
     hw = load_hardware(str(tmp_path / "p.yaml"))
     assert hw.overhead("sglang").decode_scale == pytest.approx(1.25, rel=0.06)
+    assert hw.overhead("sglang").decode_scale_lone == pytest.approx(1.25, rel=0.06)
     assert hw.overhead("vllm-v1").decode_scale == 1.0          # only the run's engine family
     assert read_run(tmp_path / "live").meta["engine"] == "sglang-lpm"
     with pytest.raises(ServetwinError, match="no overheads for engine family 'nope'"):

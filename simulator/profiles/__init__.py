@@ -130,6 +130,8 @@ class Overheads:
     #                          (detokenizer, HTTP stream): it delays every token and the request's dependants
     decode_scale: float = 1.0  # pure-decode steps of one engine instance under serving load vs its probes'
     #                            (measured on a calibration trace: ``calibrate.decode_load``; 1: as probed)
+    decode_scale_lone: float | None = None  # the same for pure-decode steps of one request, where measured
+    #                                         apart from the concurrent ones (None: ``decode_scale``)
     prefill_scale: float = 1.0  # steps with prefill of one engine instance under serving load vs its probes'
     #                             (Σ measured / Σ priced over its logged forwards: ``calibrate.step_log``)
 
