@@ -23,9 +23,9 @@ fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``)
 profiles and repeat the counts with the probe-only ones, with a tracking twin (every run scaled by the speeds
 its instance measured in the run it served before), with a cross-validated twin (scaled by the speeds its
 instance measured on its calibration trace and its runs of the other seeds) and, as a diagnostic, with every
-run's twin scaled by that run's own speeds (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another study's OUT with the same
-pinned cells) holds that study's live runs to the same targets against this one's, in the simulator's place:
-how well the engines agree with themselves on this machine.
+run's twin scaled by that run's own speeds (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another
+study's OUT with the same pinned cells) holds that study's live runs to the same targets against this one's,
+in the simulator's place: how well the engines agree with themselves on this machine.
 
     python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
 """
