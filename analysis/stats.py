@@ -7,14 +7,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 PHI_GUARD = math.log(1.1)
 
 
-def geomean(x: np.ndarray | list[float]) -> float:
+def geomean(x: ArrayLike, weights: ArrayLike | None = None) -> float:
+    """exp(mean ln x), weighted by ``weights`` where given."""
     a = np.asarray(x, dtype=float)
-    return float(np.exp(np.mean(np.log(a))))
+    return float(np.exp(np.average(np.log(a), weights=None if weights is None else np.asarray(weights, dtype=float))))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ no count had two or more streaming, ``decode_scale`` is the lone ratio too.
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +36,7 @@ import pandas as pd
 import yaml
 
 from analysis.records import RunRecord, read_run
+from analysis.stats import geomean
 from analysis.tables import to_markdown
 from calibrate.compare import engine_for, twin
 from calibrate.step_gaps import token_gaps
@@ -88,8 +88,7 @@ def decode_scale(live: RunRecord, sim: RunRecord, min_gaps: int = MIN_GAPS, stat
 
 def weighted_scale(rows: pd.DataFrame) -> float:
     """The geometric mean of the rows' ratios, weighted by their live gaps."""
-    w = rows["live_gaps"] / rows["live_gaps"].sum()
-    return math.exp(float((w * rows["ratio"].map(math.log)).sum()))
+    return geomean(rows["ratio"], rows["live_gaps"])
 
 
 def overhead_family(live: RunRecord) -> str:

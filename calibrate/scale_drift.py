@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis.stats import geomean
 from analysis.tables import print_table
 from calibrate.twin_live import CONFIGS
 from scenarios.errors import ServetwinError
@@ -66,7 +67,7 @@ def instance_runs(out: Path, label: str, family: str) -> list[tuple[str, dict[st
 
 def pooled(parts: list[Scale]) -> float:
     """Scales measured on several runs as one: geometric mean weighted by what each was measured over."""
-    return float(np.exp(sum(p.n * np.log(p.value) for p in parts) / sum(p.n for p in parts)))
+    return geomean([p.value for p in parts], [p.n for p in parts])
 
 
 def calibrations(out: Path) -> dict[str, dict[str, Scale]]:
@@ -83,7 +84,7 @@ def family_scale(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> fl
     """The geometric mean of one scale over the calibration traces of every instance of an engine (called
     for an instance that has it, so there is at least one)."""
     got = [c[key].value for label, c in cals.items() if CONFIGS[label][0] == engine and key in c]
-    return float(np.exp(np.mean(np.log(got))))
+    return geomean(got)
 
 
 def errors(out: Path) -> pd.DataFrame:

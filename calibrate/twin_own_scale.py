@@ -32,13 +32,13 @@ whole study but the seed under test, not one that could run ahead of the engine.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.records import RunRecord, find_runs, read_run, write_run
+from analysis.stats import geomean
 from calibrate.compare import side_by_side, twin, twin_dir
 from calibrate.decode_load import DecodeScale, measure, overhead_family, write_scaled
 from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
@@ -107,20 +107,16 @@ def tracking(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
 
 def pooled_decode(parts: list[DecodeScale]) -> DecodeScale:
     """Decode scales measured on several runs as one: the geometric mean weighted by each one's gaps."""
-    gaps = sum(p.gaps for p in parts)
-    scale = math.exp(sum(p.gaps * math.log(p.scale) for p in parts) / gaps)
-    lone = [p for p in parts if p.lone is not None]
-    lone_gaps = sum(p.lone_gaps for p in lone)
-    lone_scale = math.exp(sum(p.lone_gaps * math.log(p.lone) for p in lone if p.lone) / lone_gaps) if lone else None
-    return DecodeScale(scale, gaps, pd.concat([p.by_streams for p in parts], ignore_index=True), parts[0].statistic,
-                       lone_scale, lone_gaps)
+    lone = [(p.lone, p.lone_gaps) for p in parts if p.lone is not None]
+    return DecodeScale(geomean([p.scale for p in parts], [p.gaps for p in parts]), sum(p.gaps for p in parts),
+                       pd.concat([p.by_streams for p in parts], ignore_index=True), parts[0].statistic,
+                       geomean(*zip(*lone, strict=True)) if lone else None, sum(n for _, n in lone))
 
 
 def pooled_prefill(parts: list[PrefillScale]) -> PrefillScale:
     """Prefill scales measured on several runs as one: the geometric mean weighted by each one's count."""
-    n = sum(p.n for p in parts)
-    scale = math.exp(sum(p.n * math.log(p.scale) for p in parts) / n)
-    return PrefillScale(scale, n, parts[0].family, f"{parts[0].basis}, pooled over {len(parts)} runs")
+    return PrefillScale(geomean([p.scale for p in parts], [p.n for p in parts]), sum(p.n for p in parts),
+                        parts[0].family, f"{parts[0].basis}, pooled over {len(parts)} runs")
 
 
 def seed_of(r: RunScale) -> str:
