@@ -13,7 +13,28 @@ from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
 FREE = ("eta_compute", "eta_bandwidth", "kappa_kv", "kappa_attn", "step_graph_s", "step_eager_s", "per_seq_s",
-        "per_prefill_token_s", "kv_shared_cost")
+        "per_prefill_token_s")
+
+
+def shares_kv_reads(family: str) -> bool:
+    """Whether the engine's decode attention reads a prefix that several requests share in place, so a
+    step pays less for it (``kv_shared_cost`` < 1): vLLM's CPU build does — its attention walks each
+    request's block table over the same blocks, 2.2–2.9× faster decodes with a 90 % shared prefix.
+
+    SGLang's CPU path does not: its ``torch_native`` decode gathers each request's KV into a tensor of its
+    own, shared or not. Its probes of 8 decodes sharing 1,843 of 2,048 tokens still ran faster than 8
+    unshared ones on an idle engine (29 against 40 ms, `twin-v`), and fits that freed the coefficient put it
+    at 0.53–0.77 — but under the study's traffic the saving is not there: with it, each SGLang run's decode
+    scale (live / twin, 36 runs of four studies) sat 0.076 in the log below its instance's mean at
+    σ = 0.5 and 0.03–0.04 above it at σ = 0.9, so a scale measured at one sharing ratio misjudged the
+    other; fitted without it, −0.009 and +0.029 / −0.011 (docs/twin-study.md, "SGLang's shared prefix")."""
+    return family.startswith("vllm")
+
+
+def shared_decode(o: tuple[Observed, float, str]) -> bool:
+    """A decode probe whose requests share a prefix."""
+    b = o[0]
+    return o[2] == "decode" and isinstance(b, BatchShape) and 0 <= b.decode_distinct < b.decode_ctx
 
 
 def free_params(family: str, batched: bool = False) -> tuple[str, ...]:
@@ -29,7 +50,8 @@ def free_params(family: str, batched: bool = False) -> tuple[str, ...]:
     ``per_prefill_seq_s`` (a prefilled request's fixed cost) is freed only where batched probes make it
     separable from a prefill step's: with lone prefills only, the two are one number."""
     extra = ("per_prefill_seq_s",) if batched else ()
-    return FREE + extra + (("request_s",) if family.startswith("vllm") else ())
+    shared = ("kv_shared_cost",) if shares_kv_reads(family) else ()
+    return FREE + shared + extra + (("request_s",) if family.startswith("vllm") else ())
 
 
 MIXED_DECODE_CONTEXT = 300          # the mixed probe's decodes: 256-token prompts, ~50 tokens in
@@ -202,7 +224,9 @@ def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], fa
 def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base: str,
                out: str | Path) -> tuple[FitResult, list[tuple[Observed, float, str]]]:
     recs = [read_run(p) for p in paths]
-    obs = [o for r in recs for o in observations(r, engine_family)]
+    probed = [o for r in recs for o in observations(r, engine_family)]
+    # an engine that does not share KV reads prices shared-prefix decodes as unshared: not fitted
+    obs = probed if shares_kv_reads(engine_family) else [o for o in probed if not shared_decode(o)]
     full = any(extends_whole_sequence(r.meta.get("engine_config", {}).get("attention_backend")) for r in recs)
     free = free_params(engine_family, batched=any(kind == "batched" for _, _, kind in obs))
     if len(obs) < len(free):
@@ -216,6 +240,9 @@ def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base
                                                    for (_, y, k), e in zip(obs, res.residuals, strict=True)],
                                "probes": [str(p) for p in paths],
                                "attention": "whole-sequence extend (torch_native)" if full else "new tokens only"}
+    if len(obs) < len(probed):
+        quality["not_fitted"] = {"shared-prefix decode probes": len(probed) - len(obs),
+                                 "why": "the engine's decode does not read a shared prefix in place (kv_shared_cost 1)"}
     write_profile(hw.path, out, engine_family, res.params, f"fitted by servetwin calibrate fit on {len(obs)} probes",
                   quality)
     _rename(Path(out))

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from analysis.records import RunRecord, write_run
 from calibrate.compare import compare
@@ -467,6 +468,20 @@ def test_sglang_mixed_probe_is_its_window_of_exact_steps():
     assert len(gpu) == 2 and gpu[1][1].prefill_tokens == 2048 and gpu[1][1].prefill_ctx == 0
 
 
+def test_sglang_fit_prices_a_shared_prefix_as_unshared_and_leaves_its_shared_decode_probes_out(tmp_path: Path):
+    """SGLang's CPU decode gathers each request's KV apart, and under load a shared prefix saves it nothing
+    (docs/twin-study.md): however much faster an idle engine ran the shared-prefix decode probe, the fit
+    keeps ``kv_shared_cost`` at 1, does not fit that probe, and says so; vLLM's fit frees it."""
+    from calibrate.probe_fit import free_params
+    sglang_batched_probes(tmp_path / "p", TRUE, batched=False, shared=0.4)
+    res, obs = fit_probes([tmp_path / "p"], "sglang", "tiny-llama", "cpu-base", tmp_path / "f.yaml")
+    assert "kv_shared_cost" not in res.params and not [o for o, _, k in obs if k == "decode" and o.decode_distinct >= 0]
+    assert load_hardware(str(tmp_path / "f.yaml")).kv_shared_cost == 1.0
+    fit = yaml.safe_load((tmp_path / "f.yaml").read_text())["fit"]
+    assert fit["not_fitted"]["shared-prefix decode probes"] == 1
+    assert "kv_shared_cost" in free_params("vllm-v1") and "kv_shared_cost" not in free_params("sglang")
+
+
 def test_chunk_budget_read_from_each_engines_resolved_configuration():
     from calibrate.probe_fit import chunk_budget, free_params
     assert chunk_budget({"enable_chunked_prefill": False, "arg.max_num_batched_tokens": 8192}) is None
@@ -499,10 +514,12 @@ def test_twin_study_client_table_names_each_engines_busiest_process():
     assert t.loc["vllm-nochunk", "engine_busiest_process"] == "—"
 
 
-def sglang_batched_probes(path: Path, true: dict, batched: bool, seed: int = 5) -> None:
+def sglang_batched_probes(path: Path, true: dict, batched: bool, seed: int = 5, shared: float | None = None) -> None:
     """An SGLang probe record (lone prefills, cached prefills, decodes; with ``batched``, k requests over
     one cached prefix at once) whose times come from the cost model with ``true`` coefficients (+1 %
-    noise); a batch of k is timed as the engine runs it: the first request alone, the rest together."""
+    noise); a batch of k is timed as the engine runs it: the first request alone, the rest together. With
+    ``shared``, 8 decodes sharing 1,856 of their 2,100 tokens, timed as if the engine paid ``shared`` of a
+    first read for the shared part."""
     hw = with_params(load_hardware("cpu-base"), "sglang", true)
     cm = CostModel(hw, load_model("tiny-llama"), "sglang")
     rng = np.random.default_rng(seed)
@@ -533,6 +550,16 @@ def sglang_batched_probes(path: Path, true: dict, batched: bool, seed: int = 5) 
             for out in (16, 64):
                 for _ in range(c):
                     add("decode", 1, 2100, c, cm.step_time(b), tokens=out, rep=rep, first=0.05 * c)
+        if shared is not None:
+            b = BatchShape()
+            for _ in range(8):
+                b.add_decode(2100)
+            b.decode_distinct = 1856 + 8 * (2100 - 1856)
+            t = CostModel(dataclasses.replace(hw, kv_shared_cost=shared), load_model("tiny-llama"),
+                          "sglang").step_time(b)
+            for out in (16, 64):
+                for _ in range(8):
+                    add("decode", 1856, 2100, 8, t, tokens=out, rep=rep, first=0.4)
         for k in (2, 4, 8) if batched else ():
             end = 0.01 + (prefills(1, 192, 1856) + prefills(k - 1, 192, 1856)) * (1 + rng.normal(0, 0.01))
             for _ in range(k):
