@@ -32,6 +32,7 @@ whole study but the seed under test, not one that could run ahead of the engine.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,9 +115,12 @@ def pooled_decode(parts: list[DecodeScale]) -> DecodeScale:
 
 
 def pooled_prefill(parts: list[PrefillScale]) -> PrefillScale:
-    """Prefill scales measured on several runs as one: the geometric mean weighted by each one's count."""
-    return PrefillScale(geomean([p.scale for p in parts], [p.n for p in parts]), sum(p.n for p in parts),
-                        parts[0].family, f"{parts[0].basis}, pooled over {len(parts)} runs")
+    """Prefill scales measured on several runs as one: the geometric mean weighted by each one's count. Its
+    basis ends, as each part's does, with "over N" — N the pooled count (``calibrate.scale_drift`` reads it)."""
+    total = sum(p.n for p in parts)
+    basis = re.sub(r"over \d+$", f"over {total}", parts[0].basis)
+    return PrefillScale(geomean([p.scale for p in parts], [p.n for p in parts]), total, parts[0].family,
+                        f"{len(parts)} runs pooled: {basis}")
 
 
 def seed_of(r: RunScale) -> str:

@@ -303,7 +303,9 @@ def test_held_out_twin_pools_the_opening_and_closing_calibration_traces(tmp_path
     measured on both, and the report shows each trace's scale."""
     import yaml
 
-    from calibrate.twin_study import CONFIGS, summarise
+    from calibrate.scale_drift import read_scales
+    from calibrate.twin_calibration import calibration_scales
+    from calibrate.twin_study import CONFIGS, calibration_dir, closing_dir, summarise
     _fake_study(tmp_path, drift=1.3, closing=1.6)
     report = summarise(tmp_path, [(0.4, 0.9)])
     section = report.split("## Decode scale")[1].split("\n## ")[0]
@@ -318,6 +320,12 @@ def test_held_out_twin_pools_the_opening_and_closing_calibration_traces(tmp_path
         assert doc["cost"]["overheads"][fam]["decode_scale"]["value"] == pytest.approx(float(r[2]), abs=0.006)
         assert f"calibration/{label}/seed-0 + calibration/{label}/seed-0-closing" in \
             doc["cost"]["overheads"][fam]["decode_scale"]["source"]
+        if label.startswith("vllm"):                   # its prefill scale: both traces' lone requests, pooled
+            fitted = tmp_path / "profiles" / "cpu-vllm.yaml"
+            both = [calibration_scales(tmp_path, label, d(tmp_path, label), fitted) for d in (calibration_dir, closing_dir)]
+            got = read_scales(tmp_path / "profiles" / f"{label}.yaml", fam)["prefill_scale"]
+            assert got.n == sum(t.prefill.n for t in both if t and t.prefill)
+            assert "2 runs pooled" in doc["cost"]["overheads"][fam]["prefill_scale"]["source"]
 
 
 def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_path: Path):
