@@ -1,8 +1,7 @@
 """How well does what an instance measured before a run predict the scales it measures in the run? For each
 engine instance of recorded twin studies, its study runs in the order it served them, each run's own decode
 and prefill scales (``OUT/profiles/own-scale``, written by the study) against three predictors: the
-calibration trace's (what the held-out twin uses: in a study with closing calibration traces, the
-opening and closing ones pooled, ``calibrate.twin_calibration``), the run before's (the tracking twin's), and the
+calibration trace's (what the held-out twin uses), the run before's (the tracking twin's), and the
 calibration trace pooled with the instance's first run (weighted by what each measured over: what a
 calibration trace as long as both would have given), and the family's calibration traces (the geometric
 mean of the calibration scales of every instance of the same engine in the study: one 30-s trace is a

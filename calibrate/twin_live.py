@@ -105,12 +105,6 @@ def calibration_dir(out: Path, label: str) -> Path:
     return out / "calibration" / label / f"seed-{CALIBRATION_SEED}"
 
 
-def closing_dir(out: Path, label: str) -> Path:
-    """The instance's closing calibration trace: the same trace served again after its study runs, so the
-    held-out scales bracket the runs in time (since `twin-x`; studies before it have none)."""
-    return out / "calibration" / label / f"seed-{CALIBRATION_SEED}-closing"
-
-
 def probe_dirs(out: Path, family: str) -> list[Path]:
     """Every probe record of one engine family (each configuration it was probed in)."""
     dirs = [out / "probes" / d for label, (d, _) in PROBED.items() if CONFIGS[label][0] == family]
@@ -135,17 +129,12 @@ def pending_probe(out: Path, label: str) -> Path | None:
 
 def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
                  duration: float) -> list[tuple[dict[str, Any], Path]]:
-    """The configuration's runs not yet recorded: its calibration trace (the first cell, seed 0) first, and
-    the same trace again last (``closing_dir``) — only when study runs are still to be served, so that a
-    finished study recorded before closing traces existed does not start its engines again."""
+    """The configuration's runs not yet recorded: its calibration trace (the first cell, seed 0) first."""
     todo = [(scenario(r, s, duration, seed), out / "live" / cell(r, s) / label / f"seed-{seed}")
             for r, s in cells for seed in seeds]
     if cells:
         todo.insert(0, (calibration_scenario(*cells[0]), calibration_dir(out, label)))
-    todo = [t for t in todo if not (t[-1] / "run.json").is_file()]
-    if todo and not (closing_dir(out, label) / "run.json").is_file():
-        todo.append((calibration_scenario(*cells[0]), closing_dir(out, label)))
-    return todo
+    return [t for t in todo if not (t[-1] / "run.json").is_file()]
 
 
 def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> bool:

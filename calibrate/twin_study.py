@@ -16,11 +16,10 @@ without bf16 matrix instructions); with --quick: one rate, 2 seeds. The profiles
 every study seed is held out from the fit: each engine is probed in its default configuration (``STUDY_PLAN``)
 and with its 512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its
 runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration
-trace (seed 0, the first cell, 30 s) before its study seeds and the same trace again after them; its decode
-steps under that load, against the fitted profile, give the instance's ``decode_scale``
-(``calibrate.decode_load``), and its prefill steps its ``prefill_scale`` (SGLang's from its step log, vLLM's
-from the requests served alone: ``calibrate.twin_steplog``), the two traces pooled
-(``calibrate.twin_calibration``), written to ``OUT/profiles/<config>.yaml``. The report's targets use those
+trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
+fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), and its prefill steps its
+``prefill_scale`` (SGLang's from its step log, vLLM's from the requests served alone:
+``calibrate.twin_steplog``), written to ``OUT/profiles/<config>.yaml``. The report's targets use those
 profiles and repeat the counts with the probe-only ones, with a tracking twin (every run scaled by the speeds
 its instance measured in the run it served before), with a cross-validated twin (scaled by the speeds its
 instance measured on its calibration trace and its runs of the other seeds) and, as a diagnostic, with every
@@ -45,10 +44,9 @@ from analysis.metrics import KEEPS_PACE
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
-from calibrate.decode_load import overhead_family, write_scaled
+from calibrate.decode_load import scale_profile
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import add_arguments, bad_repeat
-from calibrate.twin_calibration import calibration_scales, held_out_scales, trace_pair
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -60,14 +58,13 @@ from calibrate.twin_live import (
     Cells,
     calibration_dir,
     cell,
-    closing_dir,
     pending_probe,
     probe_dirs,
     run_engines,
     scenario,
 )
 from calibrate.twin_own_scale import RunScale, measure_runs, other_seeds, scaled_sides, spread, tracking
-from calibrate.twin_steplog import PrefillScale, fit_base, with_own_latencies, with_prefill_scale
+from calibrate.twin_steplog import PrefillScale, fit_base, run_prefill_scale, with_own_latencies, with_prefill_scale
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
@@ -100,23 +97,21 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
     for label in CONFIGS:
         cal, fitted = calibration_dir(out, label), family_profile(out, label)
         profiles[label] = fitted
-        opening = calibration_scales(out, label, cal, fitted)
-        if opening is not None:
-            closing = calibration_scales(out, label, closing_dir(out, label), fitted)
-            found, prefill, source = held_out_scales(out, [opening] + ([closing] if closing else []))
+        if (cal / "run.json").is_file():
             dest = out / "profiles" / f"{label}.yaml"
-            scaled = write_scaled(fitted, dest, overhead_family(opening.live), found, source)
-            scaled = with_prefill_scale(scaled, prefill, source)
+            found, _, scaled = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
+            prefill = run_prefill_scale(out, label, cal, fitted)
+            scaled = with_prefill_scale(scaled, prefill, str(cal.relative_to(out)))
             profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
             mine = measure_runs(out, label, fitted)
             runs["own-scale"] += mine
-            runs["tracking"] += tracking(opening, mine)
-            runs["other-seeds"] += other_seeds(opening, mine)
+            cal_run = RunScale(cal, read_run(cal), fitted, found, prefill=prefill)
+            runs["tracking"] += tracking(cal_run, mine)
+            runs["other-seeds"] += other_seeds(cal_run, mine)
             rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                          "lone_request (gaps)": "—" if found.lone is None else f"{found.lone:.3f} ({found.lone_gaps})",
                          "streaming_counts": len(found.by_streams),
                          "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
-                         "opening / closing trace": trace_pair(opening, closing),
                          "study_runs (not used)": spread(mine),
                          "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(prefill, mine)})
     return profiles, pd.DataFrame(rows), runs
@@ -250,11 +245,8 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         checks.append(c)
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
     calibrated = not scales.empty
-    closed = any((closing_dir(out, label) / "run.json").is_file() for label in CONFIGS)
-    traces = (f"calibration traces (seed {CALIBRATION_SEED}, served before and after its study runs)" if closed
-              else f"calibration trace (seed {CALIBRATION_SEED})")
-    what = (f"profiles fitted on probes, each instance's decode and prefill steps scaled as its {traces} "
-            "measured: every study seed is held out" if calibrated else
+    what = ("profiles fitted on probes, each instance's decode and prefill steps scaled as its calibration trace "
+            f"(seed {CALIBRATION_SEED}) measured: every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
     if latencies:
         what += "; SGLang's front-end and output-path latencies as its step logs measured"
@@ -294,8 +286,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + tracking_part + rep_parts
     if calibrated:
         head += [f"## Decode scale per engine instance (calibration trace: first cell, seed {CALIBRATION_SEED}, "
-                 f"{CALIBRATION_S:g} s, served before the study runs and — where recorded — again after them, "
-                 "pooled; live / twin mean decode gap by streaming count)\n",
+                 f"{CALIBRATION_S:g} s; live / twin mean decode gap by streaming count)\n",
                  to_markdown(scales), ""]
     return "\n".join(head + parts)
 

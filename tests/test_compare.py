@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -228,52 +227,47 @@ def test_a_gap_at_parity_is_a_side_of_its_own():
     assert not same_side(1.0, 1.01) and not same_side(0.99, 1.0) and not same_side(0.9, 1.1)
 
 
-def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None,
-                closing: float | None = None) -> None:
+def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None) -> None:
     """A study folder whose "live" runs are simulations with the cpu-base profiles (their decode steps
     scaled by ``decode_scale``; the study seeds' by ``drift`` where given, as an instance that slows after
-    its calibration): calibration traces (seed 0) and seeds 1–2 of one cell, every configuration, and with
-    ``closing`` each instance's closing calibration trace (seed 0 again, last) at that scale;
+    its calibration): calibration traces (seed 0) and seeds 1–2 of one cell, every configuration;
     ``profiles/`` holds the unscaled profiles the report fits against."""
     import shutil
 
     import yaml
 
-    from calibrate.twin_study import CONFIGS, calibration_dir, closing_dir, scenario
+    from calibrate.twin_study import CONFIGS, calibration_dir, scenario
     from scenarios import compile_trace, scenario_from_dict
     (root / "profiles").mkdir(parents=True)
     base = load_hardware("cpu-base").path
     for fam in ("vllm", "sglang"):
         shutil.copy(base, root / "profiles" / f"cpu-{fam}.yaml")
-    # (trace seed, decode scale it is served at, where it goes, when it started)
-    served: list[tuple[int, float, Any, float]] = [
-        (0, decode_scale, lambda label: calibration_dir(root, label), 0.0),
-        *[(seed, decode_scale if drift is None else drift,
-           lambda label, seed=seed: root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}", 100.0 * seed)
-          for seed in (1, 2)]]
-    if closing is not None:
-        served.append((0, closing, lambda label: closing_dir(root, label), 300.0))
-    for k, (seed, scale, dest, start) in enumerate(served):
+    served_by_seed = {}
+    for seed in (0, 1, 2):                  # seed 0: each instance's calibration trace
         doc = yaml.safe_load(Path(base).read_text())
         for ovh in doc["cost"]["overheads"].values():
+            scale = decode_scale if seed == 0 or drift is None else drift
             ovh["decode_scale"] = {"value": scale, "basis": "assumed", "source": "test"}
-        profile = root / f"served-{k}.yaml"
-        profile.write_text(yaml.safe_dump(doc, sort_keys=False))
+        served_by_seed[seed] = root / f"served-{seed}.yaml"
+        served_by_seed[seed].write_text(yaml.safe_dump(doc, sort_keys=False))
+    for seed in (0, 1, 2):
+        served = served_by_seed[seed]
         trace = compile_trace(scenario_from_dict(scenario(0.4, 0.9, duration, seed)))
         for label, (kind, opts) in CONFIGS.items():
             if kind == "vllm":
                 over = {"block_size": 32, "enable_chunked_prefill": opts["chunked_prefill"] is not None,
                         **({"max_num_batched_tokens": opts["chunked_prefill"]} if opts["chunked_prefill"] else {})}
-                rec = simulate(trace, "vllm-v1", str(profile), "tiny-llama", over, context=8192, record_tokens=True)
+                rec = simulate(trace, "vllm-v1", str(served), "tiny-llama", over, context=8192, record_tokens=True)
             else:
                 over = {"schedule_policy": opts["policy"], "max_total_tokens": 65536,
                         **({"chunked_prefill_size": opts["chunked_prefill"]} if opts.get("chunked_prefill") else {})}
-                rec = simulate(trace, "sglang-current", str(profile), "tiny-llama", over, context=8192,
+                rec = simulate(trace, "sglang-current", str(served), "tiny-llama", over, context=8192,
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
-            rec.meta["run_window"]["start_unix"] = 1.8e9 + start              # served in this order
+            rec.meta["run_window"]["start_unix"] = 1.8e9 + 100.0 * seed      # served in seed order
             rec.meta["host"] = {"cpu": {"model_name": "Example Xeon", "isa": ["avx2", "avx512f"]}} if seed == 2 else {}
-            write_run(rec, dest(label))
+            write_run(rec, calibration_dir(root, label) if seed == 0 else
+                      root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
 
 
 def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):
@@ -288,44 +282,12 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     section = report.split("## Decode scale")[1].split("\n## ")[0]
     scales = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
     assert len(scales) == 1 + len(CONFIGS) and all(float(r[2]) == 1.0 for r in scales[1:])  # identical: 1
-    assert all(r[7].strip() == "1.00 / —" for r in scales[1:])               # no closing trace recorded
-    assert all("1.00–1.00 (1.00, 2 runs)" in r[8] for r in scales[1:])      # each study run measured alike
+    assert all("1.00–1.00 (1.00, 2 runs)" in r[7] for r in scales[1:])      # each study run measured alike
     assert (tmp_path / "profiles" / "sglang-lpm.yaml").is_file()
     assert "rate0.4-sigma0.9: the client" in report and "| not recorded | — | — |" in report   # no lag recorded: say so
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
-
-
-def test_held_out_twin_pools_the_opening_and_closing_calibration_traces(tmp_path: Path):
-    """An instance that served its calibration trace at 1.0 and, after its study runs, again at 1.6: its
-    held-out profile takes the two pooled (a gap-weighted geometric mean, between them), says it was
-    measured on both, and the report shows each trace's scale."""
-    import yaml
-
-    from calibrate.scale_drift import read_scales
-    from calibrate.twin_calibration import calibration_scales
-    from calibrate.twin_study import CONFIGS, calibration_dir, closing_dir, summarise
-    _fake_study(tmp_path, drift=1.3, closing=1.6)
-    report = summarise(tmp_path, [(0.4, 0.9)])
-    section = report.split("## Decode scale")[1].split("\n## ")[0]
-    rows = {r[1].strip(): r for r in (line.split("|") for line in section.splitlines()) if r[0] == "" and len(r) > 8}
-    rows.pop("config"), rows.pop("---")
-    assert sorted(rows) == sorted(CONFIGS)
-    for label, r in rows.items():
-        assert r[7].strip() == "1.00 / 1.60", label
-        assert 1.2 < float(r[2]) < 1.35, label                              # √1.6 = 1.26, by gaps
-        doc = yaml.safe_load((tmp_path / "profiles" / f"{label}.yaml").read_text())
-        fam = next(f for f, o in doc["cost"]["overheads"].items() if "decode_scale" in o)
-        assert doc["cost"]["overheads"][fam]["decode_scale"]["value"] == pytest.approx(float(r[2]), abs=0.006)
-        assert f"calibration/{label}/seed-0 + calibration/{label}/seed-0-closing" in \
-            doc["cost"]["overheads"][fam]["decode_scale"]["source"]
-        if label.startswith("vllm"):                   # its prefill scale: both traces' lone requests, pooled
-            fitted = tmp_path / "profiles" / "cpu-vllm.yaml"
-            both = [calibration_scales(tmp_path, label, d(tmp_path, label), fitted) for d in (calibration_dir, closing_dir)]
-            got = read_scales(tmp_path / "profiles" / f"{label}.yaml", fam)["prefill_scale"]
-            assert got.n == sum(t.prefill.n for t in both if t and t.prefill)
-            assert "2 runs pooled" in doc["cost"]["overheads"][fam]["prefill_scale"]["source"]
 
 
 def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_path: Path):
@@ -391,6 +353,20 @@ def test_cross_validated_twin_pools_the_calibration_and_the_other_seeds_runs(tmp
     assert pre is not None and pre.n == 10 + 30 + 10
     assert pre.scale == pytest.approx(math.exp((10 * math.log(1.0) + 30 * math.log(1.2) + 10 * math.log(1.2)) / 50))
     assert got["a/seed-2"].source == "calibration trace and the instance's runs of seeds other than seed-2"
+
+
+def test_pooled_prefill_scale_says_how_much_it_was_measured_over():
+    """Pooled prefill scales weigh each part by its count, and the basis ends with the pooled count, which
+    scale_drift reads back as the scale's weight."""
+    import re
+
+    from calibrate.twin_own_scale import pooled_prefill
+    from calibrate.twin_steplog import PrefillScale
+    basis = "step log, forwards with prefill, Σ measured / Σ priced over {}"
+    got = pooled_prefill([PrefillScale(1.0, 30, "sglang", basis.format(30)),
+                          PrefillScale(2.0, 10, "sglang", basis.format(10))])
+    assert got.n == 40 and got.scale == pytest.approx(2.0 ** 0.25)
+    assert got.basis.startswith("2 runs pooled: ") and re.findall(r"over (\d+)", got.basis)[-1] == "40"
 
 
 def test_tracking_twin_scales_each_run_by_the_run_its_instance_served_before(tmp_path: Path):

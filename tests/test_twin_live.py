@@ -4,7 +4,6 @@ runs, no run before the cells are known, nothing re-run on resume (engines, prob
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -86,8 +85,7 @@ def test_a_new_study_finds_its_cells_on_the_first_instance_and_starts_five(tmp_p
         assert [e[0] for e in did][:1] == (["probe"] if label in tl.PROBED else ["run"])
         if did[0][0] == "probe":
             assert did[0][1] == tl.PROBED[label][0]
-        # the calibration trace, the seeds, then the calibration trace again (the closing one)
-        assert [e[2] for e in did if e[0] == "run"] == ["seed-0", "seed-1", "seed-2", "seed-0-closing"]
+        assert [e[2] for e in did if e[0] == "run"] == ["seed-0", "seed-1", "seed-2"]   # calibration, then seeds
 
 
 def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_path: Path,
@@ -99,19 +97,11 @@ def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_
     assert [i[0][1] for i in inst] == list(tl.ORDER)
     for i in inst:
         did = [e for e in i if e[0] in ("probe", "run")]
-        assert [e[0] for e in did] == (["probe"] if i[0][1] in tl.PROBED else []) + ["run"] * 4
+        assert [e[0] for e in did] == (["probe"] if i[0][1] in tl.PROBED else []) + ["run"] * 3
     assert ("knee",) not in fake
     fake.clear()
     tl.run_engines(tmp_path, [1], 45.0, cells)             # everything recorded: no engine is started
     assert fake == []
-    for label in tl.CONFIGS:                               # a study recorded before closing traces existed …
-        shutil.rmtree(tl.closing_dir(tmp_path, label))
-    tl.run_engines(tmp_path, [1], 45.0, cells)             # … is not served again for them
-    assert fake == []
-    shutil.rmtree(tmp_path / "live" / "rate1.1-sigma0.9" / "vllm-c512" / "seed-1")
-    tl.run_engines(tmp_path, [1], 45.0, cells)             # a resumed one closes the instance it restarts
-    assert [e for e in fake if e[0] == "run"] == [("run", "vllm-c512", "seed-1"),
-                                                  ("run", "vllm-c512", "seed-0-closing")]
 
 
 def test_the_study_probes_its_own_request_shapes() -> None:
