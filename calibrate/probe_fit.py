@@ -34,7 +34,7 @@ def shares_kv_reads(family: str) -> bool:
 def shared_decode(o: tuple[Observed, float, str]) -> bool:
     """A decode probe whose requests share a prefix."""
     b = o[0]
-    return o[2] == "decode" and isinstance(b, BatchShape) and 0 <= b.decode_distinct < b.decode_ctx
+    return o[2] == "decode" and isinstance(b, BatchShape) and b.shares_decode_context
 
 
 def free_params(family: str, batched: bool = False) -> tuple[str, ...]:

@@ -72,6 +72,11 @@ class BatchShape:
         self.decode_ctx += ctx
 
     @property
+    def shares_decode_context(self) -> bool:
+        """Whether some of the decodes' context is KV that another decode of the step also reads."""
+        return 0 <= self.decode_distinct < self.decode_ctx
+
+    @property
     def seqs(self) -> int:
         return self.prefill_seqs + self.decodes
 
@@ -132,7 +137,7 @@ class CostModel:
     def decode_context(self, b: BatchShape) -> float:
         """Σ c_j as the step pays for it: a context token another decode of the step already read costs
         ``kv_shared_cost`` of a first read (1: no saving)."""
-        if 0 <= b.decode_distinct < b.decode_ctx:
+        if b.shares_decode_context:
             return b.decode_distinct + self.hw.kv_shared_cost * (b.decode_ctx - b.decode_distinct)
         return float(b.decode_ctx)
 
