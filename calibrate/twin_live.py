@@ -2,7 +2,7 @@
 them (``calibrate.twin_study`` fits, simulates and reports).
 
 One instance per configuration: a probed configuration's instance is probed first and then serves its
-calibration trace and study seeds, so the profile, the instance's decode scale and its held-out runs come
+calibration traces and study seeds, so the profile, the instance's decode scale and its held-out runs come
 from the same instance, and no instance is started twice. The cells must be known before a study run:
 given (``--rate``), pinned in ``OUT/conditions.json``, or found from SGLang's fitted twin on its default
 configuration's probes (``KNEE_PROBES``), which therefore goes first: its instance is probed, the knee is
@@ -10,6 +10,7 @@ searched (seconds), and the same instance serves its runs. Five engine starts in
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -76,8 +77,9 @@ CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)
 PROBED: dict[str, tuple[str, ProbePlan]] = {
     "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", CHUNK_PLAN),
     "sglang-lpm": ("sglang", SGLANG_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
-CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trace: not a study seed
-# (``calibration_scenario``; since twin-s it starts with its first DAG)
+CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration traces: not a study seed;
+# CALIBRATION_S seconds of them in all, spread evenly over the cells (``calibration_scenario``; since twin-s
+# each starts with its first DAG; one 30-s trace of the first cell until twin-x, one per cell since twin-y)
 # each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
 RUN_S = 40.0
 
@@ -88,21 +90,37 @@ def cell(rate: float, sharing: float) -> str:
     return f"rate{rate:g}-sigma{sharing:g}"
 
 
-def calibration_scenario(rate: float, sharing: float) -> dict[str, Any]:
-    """An instance's calibration trace: seed ``CALIBRATION_SEED`` of the cell, its gamma arrivals moved to
-    start with the first DAG at 0 (a ``replay`` of them), then ``CALIBRATION_S`` of them. Unmoved, seed 0's
-    first DAG came 13.7 s into a 30-s trace at λ = 0.39, and the calibration rested on the 6 DAGs of its
+def calibration_scenario(rate: float, sharing: float, seconds: float = CALIBRATION_S) -> dict[str, Any]:
+    """One of an instance's calibration traces: seed ``CALIBRATION_SEED`` of the cell, its gamma arrivals
+    moved to start with the first DAG at 0 (a ``replay`` of them), then ``seconds`` of them. Unmoved, seed
+    0's first DAG came 13.7 s into a 30-s trace at λ = 0.39, and the calibration rested on the 6 DAGs of its
     last 16 s; moved, the same 30 s serve 14."""
-    sc = scenario(rate, sharing, 2 * CALIBRATION_S, CALIBRATION_SEED)
+    sc = scenario(rate, sharing, 2 * CALIBRATION_S, CALIBRATION_SEED)      # seconds <= CALIBRATION_S
     arrays = build_trace(scenario_from_dict(sc)).arrays
     times = arrays["arrival_s"][np.unique(arrays["dag"], return_index=True)[1]]      # each DAG's arrival
     moved = times - times[0]
-    sc["arrivals"] = {"kind": "replay", "times": [float(t) for t in moved[moved < CALIBRATION_S]]}
-    return {**sc, "duration_s": CALIBRATION_S}
+    sc["arrivals"] = {"kind": "replay", "times": [float(t) for t in moved[moved < seconds]]}
+    return {**sc, "duration_s": seconds}
 
 
-def calibration_dir(out: Path, label: str) -> Path:
-    return out / "calibration" / label / f"seed-{CALIBRATION_SEED}"
+def calibration_dir(out: Path, label: str, cell_name: str) -> Path:
+    """Where the instance's calibration trace of one cell is recorded."""
+    return out / "calibration" / label / cell_name / f"seed-{CALIBRATION_SEED}"
+
+
+def calibration_dirs(out: Path, label: str) -> list[Path]:
+    """The instance's recorded calibration traces, in the order it served them: one per cell (since twin-y),
+    or the single trace of a study recorded before (``calibration/<label>/seed-0``)."""
+    root = out / "calibration" / label
+    found = [root / f"seed-{CALIBRATION_SEED}"] + sorted(root.glob(f"*/seed-{CALIBRATION_SEED}"))
+    runs = [d for d in found if (d / "run.json").is_file()]
+    return sorted(runs, key=lambda d: json.loads((d / "run.json").read_text())["run_window"]["start_unix"])
+
+
+def calibration_runs(out: Path, label: str, cells: Cells) -> list[tuple[dict[str, Any], Path]]:
+    """The instance's calibration traces: ``CALIBRATION_S`` seconds spread over the cells, in their order."""
+    seconds = CALIBRATION_S / len(cells)
+    return [(calibration_scenario(r, s, seconds), calibration_dir(out, label, cell(r, s))) for r, s in cells]
 
 
 def probe_dirs(out: Path, family: str) -> list[Path]:
@@ -129,17 +147,17 @@ def pending_probe(out: Path, label: str) -> Path | None:
 
 def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
                  duration: float) -> list[tuple[dict[str, Any], Path]]:
-    """The configuration's runs not yet recorded: its calibration trace (the first cell, seed 0) first."""
+    """The configuration's runs not yet recorded: its calibration traces (seed 0 of each cell) first."""
     todo = [(scenario(r, s, duration, seed), out / "live" / cell(r, s) / label / f"seed-{seed}")
             for r, s in cells for seed in seeds]
     if cells:
-        todo.insert(0, (calibration_scenario(*cells[0]), calibration_dir(out, label)))
+        todo = calibration_runs(out, label, cells) + todo
     return [t for t in todo if not (t[-1] / "run.json").is_file()]
 
 
 def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> bool:
     """Start this configuration's instance if it has anything to do: its probes (if probed and not yet),
-    then — once ``cells()`` knows the cells — its calibration trace and study seeds. False when its runs
+    then — once ``cells()`` knows the cells — its calibration traces and study seeds. False when its runs
     are left for a later call because the cells were not known yet."""
     kind, opts = CONFIGS[label]
     probe_to, known = pending_probe(out, label), cells()

@@ -60,19 +60,34 @@ class RunScale:
 
 
 def measure_runs(out: Path, label: str, fitted: Path) -> list[RunScale]:
-    """Each of the configuration's study runs with its own decode scale against the unscaled fit (and, for
-    its own prefill scale: an SGLang instance's from its step log, vLLM's from its lone requests)."""
-    got = []
-    for path in find_runs([out / "live"]):
-        if path.parent.name != label:
-            continue
-        live = read_run(path)
-        prefill = run_prefill_scale(out, label, Path(path), fitted)
-        try:
-            got.append(RunScale(Path(path), live, fitted, measure(live, str(fitted), MODEL), prefill=prefill))
-        except ServetwinError:
-            got.append(RunScale(Path(path), live, fitted, None, prefill=prefill))
-    return got
+    """Each of the configuration's study runs with its own scales (``measure_run``)."""
+    return [measure_run(out, label, Path(path), fitted) for path in find_runs([out / "live"])
+            if Path(path).parent.name == label]
+
+
+def measure_run(out: Path, label: str, path: Path, fitted: Path) -> RunScale:
+    """One run of the configuration's instance with its own decode scale against the unscaled fit (None
+    where it had too few decode gaps) and its own prefill scale (an SGLang instance's from its step log,
+    vLLM's from its lone requests)."""
+    live = read_run(path)
+    prefill = run_prefill_scale(out, label, path, fitted)
+    try:
+        return RunScale(path, live, fitted, measure(live, str(fitted), MODEL), prefill=prefill)
+    except ServetwinError:
+        return RunScale(path, live, fitted, None, prefill=prefill)
+
+
+def pooled_calibration(parts: list[RunScale], out: Path) -> RunScale:
+    """An instance's calibration traces as one run: their decode and prefill scales pooled (``pooled_decode``,
+    ``pooled_prefill``; traces that measured none left out), the first trace's record. One trace is itself."""
+    if len(parts) == 1:
+        return parts[0]
+    dec = [p.scale for p in parts if p.scale is not None]
+    pre = [p.prefill for p in parts if p.prefill is not None]
+    root = parts[0].path.parent.parent
+    what = f"{len(parts)} calibration traces pooled ({root.relative_to(out)}/*/{parts[0].path.name})"
+    return RunScale(root, parts[0].live, parts[0].fitted, pooled_decode(dec) if dec else None, what,
+                    pooled_prefill(pre) if pre else None, what)
 
 
 def spread(runs: list[RunScale]) -> str:
@@ -135,7 +150,7 @@ def other_seeds(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
         pool = [calibration] + [o for o in runs if seed_of(o) != seed_of(r)]
         dec = [o.scale for o in pool if o.scale is not None]
         pre = [o.prefill for o in pool if o.prefill is not None]
-        what = f"calibration trace and the instance's runs of seeds other than {seed_of(r)}"
+        what = f"calibration traces and the instance's runs of seeds other than {seed_of(r)}"
         got.append(RunScale(r.path, r.live, r.fitted, pooled_decode(dec) if dec else None, what,
                             pooled_prefill(pre) if pre else None, what))
     return got

@@ -36,7 +36,7 @@ from calibrate.decode_load import overhead_family
 from calibrate.engine_steps import prefill_scale, sglang_cost
 from calibrate.lone_prefill import lone_prefill_scale
 from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
-from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dir
+from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dirs
 from simulator.profiles import load_hardware
 
 MODEL = "tiny-llama"
@@ -92,11 +92,12 @@ def with_prefill_scale(profile: Path, found: PrefillScale | None, source: str, d
 
 
 def instance_latencies(out: Path, label: str) -> dict[str, Any] | None:
-    """The instance's latencies on its calibration trace, or None (not SGLang, or no step log or run)."""
-    cal = calibration_dir(out, label)
-    if not has_step_log(out, label) or not (cal / "run.json").is_file():
+    """The instance's latencies on the first calibration trace it served, or None (not SGLang, or no step
+    log or calibration run)."""
+    cal = calibration_dirs(out, label)
+    if not has_step_log(out, label) or not cal:
         return None
-    return measured_latencies(cal, step_log(out, label))
+    return measured_latencies(cal[0], step_log(out, label))
 
 
 def fit_base(out: Path, family: str, base: str = "cpu-base") -> str:
@@ -107,7 +108,7 @@ def fit_base(out: Path, family: str, base: str = "cpu-base") -> str:
         return base
     dest = out / "profiles" / f"base-{family}.yaml"
     return str(write_latencies(load_hardware(base).path, dest, "sglang", lat,
-                               str(calibration_dir(out, KNEE_PROBES).relative_to(out))))
+                               str(calibration_dirs(out, KNEE_PROBES)[0].relative_to(out))))
 
 
 def with_own_latencies(out: Path, label: str, profile: Path) -> Path:
@@ -115,4 +116,4 @@ def with_own_latencies(out: Path, label: str, profile: Path) -> Path:
     lat = instance_latencies(out, label)
     if lat is None:
         return profile
-    return write_latencies(profile, profile, "sglang", lat, str(calibration_dir(out, label).relative_to(out)))
+    return write_latencies(profile, profile, "sglang", lat, str(calibration_dirs(out, label)[0].relative_to(out)))

@@ -15,14 +15,15 @@ and a sharing sweep, 3 seeds each, 40-second runs (43–54 minutes, capacity sea
 without bf16 matrix instructions); with --quick: one rate, 2 seeds. The profiles are fitted on probes, so
 every study seed is held out from the fit: each engine is probed in its default configuration (``STUDY_PLAN``)
 and with its 512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its
-runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves a calibration
-trace (seed 0, the first cell, 30 s) before its study seeds; its decode steps under that load, against the
-fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``), and its prefill steps its
+runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves calibration
+traces (seed 0 of each cell, 30 s in all: 10 s each over three cells) before its study seeds; its decode steps
+under that load, against the fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``;
+the traces pooled, each weighted by its decode gaps), and its prefill steps its
 ``prefill_scale`` (SGLang's from its step log, vLLM's from the requests served alone:
 ``calibrate.twin_steplog``), written to ``OUT/profiles/<config>.yaml``. The report's targets use those
 profiles and repeat the counts with the probe-only ones, with a tracking twin (every run scaled by the speeds
 its instance measured in the run it served before), with a cross-validated twin (scaled by the speeds its
-instance measured on its calibration trace and its runs of the other seeds) and, as a diagnostic, with every
+instance measured on its calibration traces and its runs of the other seeds) and, as a diagnostic, with every
 run's twin scaled by that run's own speeds (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another
 study's OUT with the same pinned cells) holds that study's live runs to the same targets against this one's,
 in the simulator's place: how well the engines agree with themselves on this machine.
@@ -44,7 +45,7 @@ from analysis.metrics import KEEPS_PACE
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
-from calibrate.decode_load import scale_profile
+from calibrate.decode_load import overhead_family, write_scaled
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import add_arguments, bad_repeat
 from calibrate.twin_live import (
@@ -56,15 +57,25 @@ from calibrate.twin_live import (
     RUN_S,
     SHARINGS,
     Cells,
-    calibration_dir,
+    calibration_dirs,
     cell,
     pending_probe,
     probe_dirs,
     run_engines,
     scenario,
 )
-from calibrate.twin_own_scale import RunScale, measure_runs, other_seeds, scaled_sides, spread, tracking
-from calibrate.twin_steplog import PrefillScale, fit_base, run_prefill_scale, with_own_latencies, with_prefill_scale
+from calibrate.twin_own_scale import (
+    RunScale,
+    measure_run,
+    measure_runs,
+    other_seeds,
+    pooled_calibration,
+    scaled_sides,
+    source_text,
+    spread,
+    tracking,
+)
+from calibrate.twin_steplog import PrefillScale, fit_base, with_own_latencies, with_prefill_scale
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
@@ -75,7 +86,7 @@ from simulator.capacity import capacity_search
 
 OWN_SCALE_COLUMN = "met with each run's own scales (diagnostic, not held out)"
 TRACKING_COLUMN = "met by a tracking twin (the scales of the run its instance served before; held out)"
-CROSS_COLUMN = ("met by a cross-validated twin (the scales of the instance's calibration trace and runs of the "
+CROSS_COLUMN = ("met by a cross-validated twin (the scales of the instance's calibration traces and runs of the "
                 "other seeds; held out by seed)")
 
 
@@ -87,38 +98,57 @@ Scaled = dict[str, list[RunScale]]
 
 
 def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
-    """Each configuration's profile: its family's probe fit with the decode_scale its instance's
-    calibration trace measured (the probe fit alone where no calibration run exists); the table of those
-    scales; and every study run with its own scale (``own-scale``, a diagnostic), with the scale of the
-    run its instance served before it (``tracking``) and with the scale of its instance's calibration trace
-    and runs of the other seeds (``other-seeds``; ``calibrate.twin_own_scale``)."""
+    """Each configuration's profile: its family's probe fit with the decode and prefill scales its
+    instance's calibration traces measured, pooled (the probe fit alone where no calibration run exists);
+    the table of those scales; and every study run with its own scale (``own-scale``, a diagnostic), with
+    the scale of the run its instance served before it (``tracking``) and with the scale of its instance's
+    calibration traces and runs of the other seeds (``other-seeds``; ``calibrate.twin_own_scale``)."""
     profiles, rows = {}, []
     runs: Scaled = {"own-scale": [], "tracking": [], "other-seeds": []}
     for label in CONFIGS:
-        cal, fitted = calibration_dir(out, label), family_profile(out, label)
+        fitted = family_profile(out, label)
         profiles[label] = fitted
-        if (cal / "run.json").is_file():
-            dest = out / "profiles" / f"{label}.yaml"
-            found, _, scaled = scale_profile(cal, str(fitted), "tiny-llama", dest, str(cal.relative_to(out)))
-            prefill = run_prefill_scale(out, label, cal, fitted)
-            scaled = with_prefill_scale(scaled, prefill, str(cal.relative_to(out)))
-            profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
-            mine = measure_runs(out, label, fitted)
-            runs["own-scale"] += mine
-            cal_run = RunScale(cal, read_run(cal), fitted, found, prefill=prefill)
-            runs["tracking"] += tracking(cal_run, mine)
-            runs["other-seeds"] += other_seeds(cal_run, mine)
-            rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
-                         "lone_request (gaps)": "—" if found.lone is None else f"{found.lone:.3f} ({found.lone_gaps})",
-                         "streaming_counts": len(found.by_streams),
-                         "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
-                         "study_runs (not used)": spread(mine),
-                         "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(prefill, mine)})
+        got = calibration(out, label, fitted)
+        if got is None:
+            continue
+        cal_run, traces = got
+        dest = out / "profiles" / f"{label}.yaml"
+        assert cal_run.scale is not None          # calibration() raises where no trace measured one
+        source = source_text(cal_run.source, cal_run.path, out)
+        scaled = write_scaled(fitted, dest, overhead_family(cal_run.live), cal_run.scale, source)
+        scaled = with_prefill_scale(scaled, cal_run.prefill, source)
+        profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
+        mine = measure_runs(out, label, fitted)
+        runs["own-scale"] += mine
+        runs["tracking"] += tracking(cal_run, mine)
+        runs["other-seeds"] += other_seeds(cal_run, mine)
+        found = cal_run.scale
+        rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
+                     "by trace (served order)": " / ".join(
+                         "—" if t.scale is None else f"{t.scale.scale:.2f} ({t.scale.gaps})" for t in traces),
+                     "lone_request (gaps)": "—" if found.lone is None else f"{found.lone:.3f} ({found.lone_gaps})",
+                     "streaming_counts": found.by_streams["streaming"].nunique(),
+                     "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
+                     "study_runs (not used)": spread(mine),
+                     "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(cal_run.prefill, mine)})
     return profiles, pd.DataFrame(rows), runs
 
 
+def calibration(out: Path, label: str, fitted: Path) -> tuple[RunScale, list[RunScale]] | None:
+    """The instance's calibration traces as one run (``calibrate.twin_own_scale.pooled_calibration``) and
+    each of them: None where it served none; an error where none of them measured a decode scale."""
+    dirs = calibration_dirs(out, label)
+    if not dirs:
+        return None
+    parts = [measure_run(out, label, d, fitted) for d in dirs]
+    if all(p.scale is None for p in parts):
+        raise ServetwinError(f"{out / 'calibration' / label}: none of its {len(parts)} calibration traces had "
+                             "enough decode gaps to measure a decode scale")
+    return pooled_calibration(parts, out), parts
+
+
 def prefill_spread(calibration: PrefillScale | None, runs: list[RunScale]) -> str:
-    """The calibration trace's prefill scale, then the study runs' min–max (not used): '—' where none was
+    """The calibration traces' prefill scale, then the study runs' min–max (not used): '—' where none was
     measured (an SGLang instance without a step log)."""
     if calibration is None:
         return "—"
@@ -245,7 +275,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         checks.append(c)
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
     calibrated = not scales.empty
-    what = ("profiles fitted on probes, each instance's decode and prefill steps scaled as its calibration trace "
+    what = ("profiles fitted on probes, each instance's decode and prefill steps scaled as its calibration traces "
             f"(seed {CALIBRATION_SEED}) measured: every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
     if latencies:
@@ -266,11 +296,11 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             by[OWN_SCALE_COLUMN] = met_counts(scaled_checks(out, conditions, runs["own-scale"], "own-scale"))[
                 "met"].reindex(by.index)
             tracking_part = ["## The tracking twin's per-engine checks (each run's decode steps scaled by the run "
-                             "its instance served before it; the first by the calibration trace)\n",
+                             "its instance served before it; the first by the calibration traces)\n",
                              to_markdown(tracked[tracked["target"].str.startswith("engine")].drop(
                                  columns=["same_side", "in_measured_ci"], errors="ignore")), "",
                              "## The cross-validated twin's checks (each run's decode and prefill steps scaled as its "
-                             "instance measured them on its calibration trace and its runs of the other seeds)\n",
+                             "instance measured them on its calibration traces and its runs of the other seeds)\n",
                              to_markdown(crossed), ""]
         rep_parts = []
         for rep in repeats or []:
@@ -285,8 +315,10 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
                                                           "in_measured_ci": "repeat_in_this_ci"})), ""]
         head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + tracking_part + rep_parts
     if calibrated:
-        head += [f"## Decode scale per engine instance (calibration trace: first cell, seed {CALIBRATION_SEED}, "
-                 f"{CALIBRATION_S:g} s; live / twin mean decode gap by streaming count)\n",
+        head += [f"## Decode scale per engine instance (calibration traces: seed {CALIBRATION_SEED}, "
+                 f"{CALIBRATION_S:g} s spread over the cells, pooled — one 30-s trace of the first cell in studies "
+                 "before twin-y; "
+                 "live / twin mean decode gap by streaming count)\n",
                  to_markdown(scales), ""]
     return "\n".join(head + parts)
 

@@ -227,47 +227,55 @@ def test_a_gap_at_parity_is_a_side_of_its_own():
     assert not same_side(1.0, 1.01) and not same_side(0.99, 1.0) and not same_side(0.9, 1.1)
 
 
-def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None) -> None:
+def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None,
+                second_calibration: float | None = None) -> None:
     """A study folder whose "live" runs are simulations with the cpu-base profiles (their decode steps
     scaled by ``decode_scale``; the study seeds' by ``drift`` where given, as an instance that slows after
-    its calibration): calibration traces (seed 0) and seeds 1–2 of one cell, every configuration;
-    ``profiles/`` holds the unscaled profiles the report fits against."""
+    its calibration): calibration traces (seed 0) and seeds 1–2 of one cell, every configuration (and, with
+    ``second_calibration``, a calibration trace of a second cell, σ = 0.5, its decode steps scaled so and
+    served first); ``profiles/`` holds the unscaled profiles the report fits against."""
     import shutil
 
     import yaml
 
-    from calibrate.twin_study import CONFIGS, calibration_dir, scenario
+    from calibrate.twin_live import CONFIGS, calibration_dir, scenario
     from scenarios import compile_trace, scenario_from_dict
     (root / "profiles").mkdir(parents=True)
     base = load_hardware("cpu-base").path
     for fam in ("vllm", "sglang"):
         shutil.copy(base, root / "profiles" / f"cpu-{fam}.yaml")
-    served_by_seed = {}
-    for seed in (0, 1, 2):                  # seed 0: each instance's calibration trace
+
+    def served(name: str, scale: float) -> Path:
         doc = yaml.safe_load(Path(base).read_text())
         for ovh in doc["cost"]["overheads"].values():
-            scale = decode_scale if seed == 0 or drift is None else drift
             ovh["decode_scale"] = {"value": scale, "basis": "assumed", "source": "test"}
-        served_by_seed[seed] = root / f"served-{seed}.yaml"
-        served_by_seed[seed].write_text(yaml.safe_dump(doc, sort_keys=False))
-    for seed in (0, 1, 2):
-        served = served_by_seed[seed]
-        trace = compile_trace(scenario_from_dict(scenario(0.4, 0.9, duration, seed)))
+        dest = root / f"served-{name}.yaml"
+        dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return dest
+    # (scale, sharing, seed, when served, where): seed 0 is each instance's calibration trace
+    runs = [(decode_scale if seed == 0 or drift is None else drift, 0.9, seed, 100.0 * seed,
+             lambda label, seed=seed: calibration_dir(root, label, "rate0.4-sigma0.9") if seed == 0 else
+             root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}") for seed in (0, 1, 2)]
+    if second_calibration is not None:
+        runs.insert(0, (second_calibration, 0.5, 0, -100.0,
+                        lambda label: calibration_dir(root, label, "rate0.4-sigma0.5")))
+    for scale, sharing, seed, when, where in runs:
+        profile = served(f"{sharing:g}-{seed}", scale)
+        trace = compile_trace(scenario_from_dict(scenario(0.4, sharing, duration, seed)))
         for label, (kind, opts) in CONFIGS.items():
             if kind == "vllm":
                 over = {"block_size": 32, "enable_chunked_prefill": opts["chunked_prefill"] is not None,
                         **({"max_num_batched_tokens": opts["chunked_prefill"]} if opts["chunked_prefill"] else {})}
-                rec = simulate(trace, "vllm-v1", str(served), "tiny-llama", over, context=8192, record_tokens=True)
+                rec = simulate(trace, "vllm-v1", str(profile), "tiny-llama", over, context=8192, record_tokens=True)
             else:
                 over = {"schedule_policy": opts["policy"], "max_total_tokens": 65536,
                         **({"chunked_prefill_size": opts["chunked_prefill"]} if opts.get("chunked_prefill") else {})}
-                rec = simulate(trace, "sglang-current", str(served), "tiny-llama", over, context=8192,
+                rec = simulate(trace, "sglang-current", str(profile), "tiny-llama", over, context=8192,
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
-            rec.meta["run_window"]["start_unix"] = 1.8e9 + 100.0 * seed      # served in seed order
+            rec.meta["run_window"]["start_unix"] = 1.8e9 + when      # served in seed order
             rec.meta["host"] = {"cpu": {"model_name": "Example Xeon", "isa": ["avx2", "avx512f"]}} if seed == 2 else {}
-            write_run(rec, calibration_dir(root, label) if seed == 0 else
-                      root / "live" / "rate0.4-sigma0.9" / label / f"seed-{seed}")
+            write_run(rec, where(label))
 
 
 def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):
@@ -282,12 +290,39 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     section = report.split("## Decode scale")[1].split("\n## ")[0]
     scales = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
     assert len(scales) == 1 + len(CONFIGS) and all(float(r[2]) == 1.0 for r in scales[1:])  # identical: 1
-    assert all("1.00–1.00 (1.00, 2 runs)" in r[7] for r in scales[1:])      # each study run measured alike
+    assert all("1.00–1.00 (1.00, 2 runs)" in r[8] for r in scales[1:])      # each study run measured alike
     assert (tmp_path / "profiles" / "sglang-lpm.yaml").is_file()
     assert "rate0.4-sigma0.9: the client" in report and "| not recorded | — | — |" in report   # no lag recorded: say so
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
+
+
+def test_an_instances_calibration_traces_are_pooled_into_its_profile(tmp_path: Path):
+    """An instance that served calibration traces of two cells, one decoding 1.4× slower than the other:
+    its profile's decode scale is their geometric mean weighted by each trace's decode gaps, its source
+    says both were pooled, and the report shows each trace's scale in the order they were served."""
+    import yaml
+
+    from calibrate.twin_study import calibrate_instances, summarise
+    _fake_study(tmp_path, second_calibration=1.4)
+    report = summarise(tmp_path, [(0.4, 0.9)])
+    _, scales, runs = calibrate_instances(tmp_path)
+    for label in ("vllm-nochunk", "sglang-lpm-c512"):
+        row = scales.set_index("config").loc[label]
+        slow, plain = (float(t.split(" ")[0]) for t in row["by trace (served order)"].split(" / "))
+        assert slow == pytest.approx(1.4, abs=0.02) and plain == pytest.approx(1.0, abs=0.02)   # σ = 0.5 first
+        gaps = [int(t.split("(")[1].rstrip(")")) for t in row["by trace (served order)"].split(" / ")]
+        want = math.exp((gaps[0] * math.log(slow) + gaps[1] * math.log(plain)) / sum(gaps))
+        assert row["decode_scale"] == pytest.approx(want, abs=0.01) and row["decode_gaps"] == sum(gaps)
+        fam = "vllm-v1" if label.startswith("vllm") else "sglang"
+        got = yaml.safe_load((tmp_path / "profiles" / f"{label}.yaml").read_text())["cost"]["overheads"][fam]
+        assert got["decode_scale"]["value"] == pytest.approx(want, abs=0.01)
+        assert got["decode_scale"]["source"].startswith(f"2 calibration traces pooled (calibration/{label}/*/seed-0)")
+        assert got["decode_scale"]["source"].endswith(f"over {sum(gaps)} gaps")
+    first = [r for r in runs["tracking"] if r.path.name == "seed-1" and r.path.parent.name == "vllm-nochunk"][0]
+    assert first.scale is not None and 1.05 < first.scale.scale < 1.35     # the tracking twin starts pooled
+    assert all(r in report.split("## Decode scale")[1] for r in scales["by trace (served order)"])
 
 
 def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_path: Path):
@@ -313,7 +348,8 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
                                          f"seed-{s}.yaml").read_text()) for s in (1, 2))
         fam = "vllm-v1" if label.startswith("vllm") else "sglang"
         assert first["cost"]["overheads"][fam]["decode_scale"]["value"] == 1.0
-        assert first["cost"]["overheads"][fam]["decode_scale"]["source"].startswith(f"calibration/{label}/seed-0:")
+        assert first["cost"]["overheads"][fam]["decode_scale"]["source"].startswith(
+            f"calibration/{label}/rate0.4-sigma0.9/seed-0:")
         seed1 = yaml.safe_load((tmp_path / "profiles" / "own-scale" / "rate0.4-sigma0.9" / label /
                                 "seed-1.yaml").read_text())["cost"]["overheads"][fam]["decode_scale"]["value"]
         assert second["cost"]["overheads"][fam]["decode_scale"]["value"] == seed1 > 1.4
@@ -352,7 +388,7 @@ def test_cross_validated_twin_pools_the_calibration_and_the_other_seeds_runs(tmp
     pre = got["a/seed-2"].prefill
     assert pre is not None and pre.n == 10 + 30 + 10
     assert pre.scale == pytest.approx(math.exp((10 * math.log(1.0) + 30 * math.log(1.2) + 10 * math.log(1.2)) / 50))
-    assert got["a/seed-2"].source == "calibration trace and the instance's runs of seeds other than seed-2"
+    assert got["a/seed-2"].source == "calibration traces and the instance's runs of seeds other than seed-2"
 
 
 def test_pooled_prefill_scale_says_how_much_it_was_measured_over():

@@ -59,7 +59,7 @@ def test_the_scale_is_the_prefill_steps_share_of_a_lone_ttft():
 def test_the_study_writes_a_vllm_instances_scale_to_its_family(tmp_path: Path):
     live = _run(_hw(prefill_scale=1.25))
     live.meta.update({"source": "live", "engine": "vllm-nochunk", "request_timeout_s": 300.0})
-    cal = calibration_dir(tmp_path, "vllm-nochunk")
+    cal = calibration_dir(tmp_path, "vllm-nochunk", "rate0.5-sigma0.9")
     write_run(live, cal)
     base = write_measured(load_hardware("cpu-base").path, tmp_path / "fit.yaml", "vllm-v1",
                           {"request_s": (FRONT_END, "the live run's front end")})

@@ -77,7 +77,7 @@ def _engine_run(out: Path, inbound: float, outbound: float) -> Path:
                    context=8192, step_log=log)
     rec.meta.update({"source": "live", "engine": "sglang-lpm"})
     rec.meta["run_window"]["start_unix"] = START
-    cal = calibration_dir(out, "sglang-lpm")
+    cal = calibration_dir(out, "sglang-lpm", "rate0.5-sigma0.9")
     write_run(rec, cal)
     sent = rec.requests.sort_values("send_s")
     lines = [{"ev": "recv", "t": START + s + inbound, "rid": f"r{i}", "prompt": 2048}

@@ -43,7 +43,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     def run_live(trace: Any, cfg: Any, opts: Any, dest: Path) -> Any:
         dest.mkdir(parents=True)
         (dest / "run.json").write_text("{}")
-        events.append(("run", opts.engine_label, dest.name))
+        events.append(("run", opts.engine_label, dest.name, "/".join(dest.parts[-4:]), trace.duration_s))
         return SimpleNamespace(meta={"passed": True})
 
     def knee_cells(out: Path, quick: bool) -> list[tuple[float, float]]:
@@ -54,7 +54,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     monkeypatch.setattr(tl, "engine", engine)
     monkeypatch.setattr(tl, "probe", probe)
     monkeypatch.setattr(tl, "run_live", run_live)
-    monkeypatch.setattr(tl, "compile_trace", lambda sc: None)
+    monkeypatch.setattr(tl, "compile_trace", lambda sc: sc)
     monkeypatch.setattr(ts, "knee_cells", knee_cells)
     return events
 
@@ -97,7 +97,13 @@ def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_
     assert [i[0][1] for i in inst] == list(tl.ORDER)
     for i in inst:
         did = [e for e in i if e[0] in ("probe", "run")]
-        assert [e[0] for e in did] == (["probe"] if i[0][1] in tl.PROBED else []) + ["run"] * 3
+        label = i[0][1]
+        assert [e[0] for e in did] == (["probe"] if label in tl.PROBED else []) + ["run"] * 4
+        runs = [(e[3], e[4]) for e in did if e[0] == "run"]     # a calibration trace of each cell, then seeds
+        assert runs == [(f"calibration/{label}/rate0.6-sigma0.9/seed-0", tl.CALIBRATION_S / 2),
+                        (f"calibration/{label}/rate1.1-sigma0.9/seed-0", tl.CALIBRATION_S / 2),
+                        (f"live/rate0.6-sigma0.9/{label}/seed-1", 45.0),
+                        (f"live/rate1.1-sigma0.9/{label}/seed-1", 45.0)]
     assert ("knee",) not in fake
     fake.clear()
     tl.run_engines(tmp_path, [1], 45.0, cells)             # everything recorded: no engine is started
@@ -116,7 +122,8 @@ def test_the_study_probes_its_own_request_shapes() -> None:
 
 def test_the_calibration_trace_serves_from_its_first_second() -> None:
     """An instance's calibration trace is its seed's gamma arrivals moved to start with the first DAG at 0,
-    then CALIBRATION_S of them: no idle lead-in, the same prompts and graphs as the unmoved seed."""
+    then CALIBRATION_S of them: no idle lead-in, the same prompts and graphs as the unmoved seed; a shorter
+    one (a third of it, as each of three cells gets) is the same trace's first DAGs."""
     from scenarios.compiler import compile_trace
     from scenarios.spec import scenario_from_dict
     cal = compile_trace(scenario_from_dict(tl.calibration_scenario(0.39, 0.9)))
@@ -127,3 +134,9 @@ def test_the_calibration_trace_serves_from_its_first_second() -> None:
     n = cal.n_requests
     assert list(t) == list(t0[:n] - t0.min())         # the same arrivals, moved
     assert (cal.arrays["max_tokens"] == plain.arrays["max_tokens"][:n]).all()
+    short = compile_trace(scenario_from_dict(tl.calibration_scenario(0.39, 0.9, tl.CALIBRATION_S / 3)))
+    m = short.n_requests
+    assert 0 < m < n and short.arrays["arrival_s"].max() < tl.CALIBRATION_S / 3
+    assert list(short.arrays["arrival_s"]) == list(t[:m])
+    for key in ("dag", "role", "max_tokens", "delay_s"):
+        assert (short.arrays[key] == cal.arrays[key][:m]).all(), key
