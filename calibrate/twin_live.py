@@ -24,6 +24,7 @@ from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
 from scenarios.compiler import build_trace, compile_trace
+from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -113,8 +114,16 @@ def calibration_dirs(out: Path, label: str) -> list[Path]:
     or the single trace of a study recorded before (``calibration/<label>/seed-0``)."""
     root = out / "calibration" / label
     found = [root / f"seed-{CALIBRATION_SEED}"] + sorted(root.glob(f"*/seed-{CALIBRATION_SEED}"))
-    runs = [d for d in found if (d / "run.json").is_file()]
-    return sorted(runs, key=lambda d: json.loads((d / "run.json").read_text())["run_window"]["start_unix"])
+    return sorted((d for d in found if (d / "run.json").is_file()), key=served_at)
+
+
+def served_at(run_dir: Path) -> float:
+    """When a recorded live run began (Unix seconds; every live run records it)."""
+    when = json.loads((run_dir / "run.json").read_text()).get("run_window", {}).get("start_unix")
+    if when is None:
+        raise ServetwinError(f"{run_dir}/run.json: run_window.start_unix missing; an instance's calibration "
+                             "traces are taken in the order it served them, which every live run records")
+    return float(when)
 
 
 def calibration_runs(out: Path, label: str, cells: Cells) -> list[tuple[dict[str, Any], Path]]:

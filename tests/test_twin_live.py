@@ -140,3 +140,28 @@ def test_the_calibration_trace_serves_from_its_first_second() -> None:
     assert list(short.arrays["arrival_s"]) == list(t[:m])
     for key in ("dag", "role", "max_tokens", "delay_s"):
         assert (short.arrays[key] == cal.arrays[key][:m]).all(), key
+
+
+def test_an_instances_calibration_traces_are_read_in_the_order_it_served_them(tmp_path: Path) -> None:
+    """One trace per cell (read in served order, not by name), a study recorded before with its single
+    ``seed-0`` trace read as well, a closing trace beside it left alone, and a record without its start
+    time refused by name."""
+    from scenarios.errors import ServetwinError
+
+    def record(where: Path, start: float | None) -> None:
+        where.mkdir(parents=True)
+        (where / "run.json").write_text(json.dumps({"run_window": {} if start is None else {"start_unix": start}}))
+    root = tmp_path / "calibration" / "vllm-c512"
+    record(root / "rate0.36-sigma0.5" / "seed-0", 30.0)
+    record(root / "rate0.36-sigma0.9" / "seed-0", 10.0)
+    record(root / "rate0.66-sigma0.9" / "seed-0", 20.0)
+    assert [d.parent.name for d in tl.calibration_dirs(tmp_path, "vllm-c512")] == [
+        "rate0.36-sigma0.9", "rate0.66-sigma0.9", "rate0.36-sigma0.5"]
+    old = tmp_path / "old" / "calibration" / "vllm-c512"
+    record(old / "seed-0", 5.0)
+    record(old / "seed-0-closing", 50.0)
+    assert tl.calibration_dirs(tmp_path / "old", "vllm-c512") == [old / "seed-0"]
+    assert tl.calibration_dirs(tmp_path, "sglang-lpm") == []
+    record(root / "rate9-sigma0.9" / "seed-0", None)
+    with pytest.raises(ServetwinError, match=r"rate9-sigma0.9/seed-0/run.json: run_window.start_unix missing"):
+        tl.calibration_dirs(tmp_path, "vllm-c512")
