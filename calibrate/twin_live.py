@@ -118,11 +118,17 @@ def calibration_dirs(out: Path, label: str) -> list[Path]:
 
 
 def served_at(run_dir: Path) -> float:
-    """When a recorded live run began (Unix seconds; every live run records it)."""
-    when = json.loads((run_dir / "run.json").read_text()).get("run_window", {}).get("start_unix")
+    """When a recorded live run began (``start_unix`` of its run.json)."""
+    return start_unix(json.loads((run_dir / "run.json").read_text()), run_dir)
+
+
+def start_unix(meta: dict[str, Any], run_dir: Path) -> float:
+    """When a live run began (Unix seconds), as every live run records it in its ``run_window``; the
+    study orders an instance's runs and calibration traces by it."""
+    when = meta.get("run_window", {}).get("start_unix")
     if when is None:
-        raise ServetwinError(f"{run_dir}/run.json: run_window.start_unix missing; an instance's calibration "
-                             "traces are taken in the order it served them, which every live run records")
+        raise ServetwinError(f"{run_dir}/run.json: run_window.start_unix missing; the study orders an "
+                             "instance's runs by when they started (recorded by every live run)")
     return float(when)
 
 

@@ -42,6 +42,7 @@ from analysis.records import RunRecord, find_runs, read_run, write_run
 from analysis.stats import geomean
 from calibrate.compare import side_by_side, twin, twin_dir
 from calibrate.decode_load import DecodeScale, measure, overhead_family, write_scaled
+from calibrate.twin_live import start_unix
 from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
 from scenarios.errors import ServetwinError
 
@@ -99,12 +100,8 @@ def spread(runs: list[RunScale]) -> str:
 
 
 def started(r: RunScale) -> float:
-    """When the run began (Unix seconds), as the live run recorded it."""
-    when = r.live.meta.get("run_window", {}).get("start_unix")
-    if when is None:
-        raise ServetwinError(f"{r.path}/run.json: run_window.start_unix missing; the tracking twin orders an "
-                             "instance's runs by when they started (recorded by every live run)")
-    return float(when)
+    """When the run began (Unix seconds), as the live run recorded it (``calibrate.twin_live.start_unix``)."""
+    return start_unix(r.live.meta, r.path)
 
 
 def tracking(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
