@@ -117,6 +117,13 @@ def calibration_dirs(out: Path, label: str) -> list[Path]:
     return sorted((d for d in found if (d / "run.json").is_file()), key=served_at)
 
 
+def single_trace_calibration(out: Path, label: str) -> bool:
+    """Whether the instance was calibrated on one trace of the first cell (a study recorded before
+    twin-y): it keeps it, and resuming or regenerating that study records no per-cell traces beside it
+    (they would come from a new instance, not the one that served the runs)."""
+    return (out / "calibration" / label / f"seed-{CALIBRATION_SEED}" / "run.json").is_file()
+
+
 def served_at(run_dir: Path) -> float:
     """When a recorded live run began (``start_unix`` of its run.json)."""
     return start_unix(json.loads((run_dir / "run.json").read_text()), run_dir)
@@ -165,7 +172,7 @@ def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
     """The configuration's runs not yet recorded: its calibration traces (seed 0 of each cell) first."""
     todo = [(scenario(r, s, duration, seed), out / "live" / cell(r, s) / label / f"seed-{seed}")
             for r, s in cells for seed in seeds]
-    if cells:
+    if cells and not single_trace_calibration(out, label):
         todo = calibration_runs(out, label, cells) + todo
     return [t for t in todo if not (t[-1] / "run.json").is_file()]
 

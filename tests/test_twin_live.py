@@ -165,3 +165,18 @@ def test_an_instances_calibration_traces_are_read_in_the_order_it_served_them(tm
     record(root / "rate9-sigma0.9" / "seed-0", None)
     with pytest.raises(ServetwinError, match=r"rate9-sigma0.9/seed-0/run.json: run_window.start_unix missing"):
         tl.calibration_dirs(tmp_path, "vllm-c512")
+
+
+def test_a_study_calibrated_on_one_trace_records_no_per_cell_traces_when_resumed(tmp_path: Path) -> None:
+    """Regenerating (or resuming) a study recorded before twin-y, whose instances each served one
+    calibration trace, starts no engine for per-cell traces: they would come from a new instance."""
+    cells = [(0.36, 0.9), (0.66, 0.9)]
+    for r, s in cells:
+        for seed in (1, 2):
+            (tmp_path / "live" / tl.cell(r, s) / "vllm-c512" / f"seed-{seed}").mkdir(parents=True)
+            (tmp_path / "live" / tl.cell(r, s) / "vllm-c512" / f"seed-{seed}" / "run.json").write_text("{}")
+    todo = tl.pending_runs(tmp_path, "vllm-c512", cells, [1, 2], 40.0)
+    assert [d.parent.name for _, d in todo] == [tl.cell(r, s) for r, s in cells]    # a new study: per cell
+    (tmp_path / "calibration" / "vllm-c512" / "seed-0").mkdir(parents=True)
+    (tmp_path / "calibration" / "vllm-c512" / "seed-0" / "run.json").write_text("{}")
+    assert tl.pending_runs(tmp_path, "vllm-c512", cells, [1, 2], 40.0) == []
