@@ -54,6 +54,30 @@ def removed_fraction(r_def: float, r_mat: float) -> float | None:
     return math.log(r_def / r_mat) / math.log(r_def)
 
 
+def removed_fraction_interval(log_def: ArrayLike, log_mat: ArrayLike) -> tuple[float, float]:
+    """95 % interval of φ = 1 − mean(ln R_mat) / mean(ln R_def) from the per-seed log gaps of the two arms,
+    paired by seed (the same seed serves the same trace in both): Fieller's interval for a ratio of means,
+    with the t quantile of the seeds. (−inf, inf) where the defaults gap is not significantly different
+    from 1 (the ratio is then unbounded: any φ is consistent with the seeds); NaN for fewer than 2 seeds
+    or where φ is not computed (|ln R̄_def| ≤ ln 1.1)."""
+    d, m = np.asarray(log_def, dtype=float), np.asarray(log_mat, dtype=float)
+    if d.shape != m.shape:
+        raise ValueError(f"φ interval: {d.size} defaults and {m.size} matched log gaps; pair them by seed")
+    n = d.size
+    if n < 2 or abs(float(d.mean())) <= PHI_GUARD:
+        return math.nan, math.nan
+    t2 = float(sps.t.ppf(0.975, n - 1)) ** 2
+    cov = np.cov(m, d, ddof=1) / n                 # variances and covariance of the two means
+    a, b = float(m.mean()), float(d.mean())
+    qa = b * b - t2 * cov[1, 1]
+    if qa <= 0:
+        return -math.inf, math.inf
+    qb = a * b - t2 * cov[0, 1]
+    qc = a * a - t2 * cov[0, 0]
+    root = math.sqrt(max(qb * qb - qa * qc, 0.0))  # ≥ 0: the point estimate a / b lies inside
+    return float(1.0 - (qb + root) / qa), float(1.0 - (qb - root) / qa)
+
+
 def spread_of_medians(medians: list[float] | np.ndarray) -> float:
     """Standard deviation of ln p50 across repetitions."""
     a = np.log(np.asarray(medians, dtype=float))

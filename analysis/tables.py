@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.metrics import run_metrics
 from analysis.records import RecordError, RunRecord
-from analysis.stats import geomean, paired_gap, removed_fraction, spread_of_medians
+from analysis.stats import geomean, paired_gap, removed_fraction, removed_fraction_interval, spread_of_medians
 from scenarios.errors import ServetwinError
 
 LATENCY = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50")
@@ -90,15 +90,30 @@ def _pairs(rt: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]
     return res
 
 
+def _oriented(a: pd.DataFrame, b: pd.DataFrame, m: str) -> tuple[pd.Series, pd.Series] | None:
+    """The two sides of R per seed: (a, b) for latencies, (b, a) for throughput (None where a value is
+    missing or not positive)."""
+    x, y = (a[m], b[m]) if m != "throughput" else (b[m], a[m])
+    if (x <= 0).any() or (y <= 0).any() or x.isna().any() or y.isna().any():
+        return None
+    return x, y
+
+
+def _log_gaps(a: pd.DataFrame, b: pd.DataFrame, m: str) -> pd.Series | None:
+    """ln R per seed (``_oriented``)."""
+    xy = _oriented(a, b, m)
+    return None if xy is None else np.log(xy[0].astype(float)) - np.log(xy[1].astype(float))
+
+
 def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
     """R = first configuration / second (latencies; > 1: the second is faster); throughput inverted."""
     rows = []
     for cond, arm, a, b in _pairs(rt):
         for m in (*LATENCY, "throughput"):
-            x, y = (a[m], b[m]) if m != "throughput" else (b[m], a[m])
-            if (x <= 0).any() or (y <= 0).any() or x.isna().any() or y.isna().any():
+            xy = _oriented(a, b, m)
+            if xy is None:
                 continue
-            gap = paired_gap(x.to_numpy(), y.to_numpy())
+            gap = paired_gap(xy[0].to_numpy(), xy[1].to_numpy())
             rows.append({"condition": cond, "arm": arm, "pair": f"{a['config'].iloc[0]}/{b['config'].iloc[0]}",
                          "rate": a["rate"].iloc[0], "sigma": a["sigma"].iloc[0], "duration": a["duration"].iloc[0],
                          "metric": m, "gap": gap.ratio, "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
@@ -106,10 +121,16 @@ def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched: str = "matched") -> pd.DataFrame:
+def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched: str = "matched",
+                        rt: pd.DataFrame | None = None) -> pd.DataFrame:
+    """φ per condition and metric; with the run table ``rt`` its 95 % interval over the seeds both arms ran
+    (``phi_lo``, ``phi_hi``: ``analysis.stats.removed_fraction_interval``; unbounded where the defaults gap
+    is not significant)."""
     rows: list[dict[str, Any]] = []
     if gaps.empty:
         return pd.DataFrame(rows)
+    logs = {(cond, arm, m): _log_gaps(a, b, m) for cond, arm, a, b in _pairs(rt) for m in (*LATENCY, "throughput")} \
+        if rt is not None else {}
     for (cond, metric), g in gaps.groupby(["condition", "metric"], sort=False):
         d = g[g["arm"] == defaults]
         m = g[g["arm"] == matched]
@@ -117,10 +138,21 @@ def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched:
             continue
         r_def, r_mat = float(d["gap"].iloc[0]), float(m["gap"].iloc[0])
         phi = removed_fraction(r_def, r_mat)
-        rows.append({"condition": cond, "metric": metric, "gap_defaults": r_def, "gap_matched": r_mat,
-                     "phi": phi if phi is not None else float("nan"),
-                     "phi_note": "" if phi is not None else "|ln R_def| ≤ ln 1.1: not computed"})
+        row = {"condition": cond, "metric": metric, "gap_defaults": r_def, "gap_matched": r_mat,
+               "phi": phi if phi is not None else float("nan")}
+        if rt is not None:
+            row["phi_lo"], row["phi_hi"] = _phi_interval(logs.get((cond, defaults, metric)),
+                                                         logs.get((cond, matched, metric)))
+        row["phi_note"] = "" if phi is not None else "|ln R_def| ≤ ln 1.1: not computed"
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _phi_interval(d: pd.Series | None, m: pd.Series | None) -> tuple[float, float]:
+    if d is None or m is None:
+        return float("nan"), float("nan")
+    seeds = sorted(set(d.index) & set(m.index))
+    return removed_fraction_interval(d.loc[seeds].to_numpy(), m.loc[seeds].to_numpy())
 
 
 def dispersion_table(rt: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +197,7 @@ def control_arm_table(rt: pd.DataFrame, defaults: str = "defaults", matched: str
 def all_tables(runs: list[RunRecord]) -> dict[str, pd.DataFrame]:
     rt = run_table(runs)
     gaps = gap_table(rt)
-    return {"runs": rt, "absolute": absolute_table(rt), "gaps": gaps, "decomposition": decomposition_table(gaps),
+    return {"runs": rt, "absolute": absolute_table(rt), "gaps": gaps, "decomposition": decomposition_table(gaps, rt=rt),
             "dispersion": dispersion_table(rt), "workload": workload_table(rt), "control_arm": control_arm_table(rt)}
 
 

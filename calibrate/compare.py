@@ -14,7 +14,7 @@ import pandas as pd
 
 from analysis.metrics import run_metrics
 from analysis.records import RunRecord, write_run
-from analysis.stats import paired_gap, removed_fraction
+from analysis.stats import paired_gap, removed_fraction, removed_fraction_interval
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
@@ -99,6 +99,15 @@ def side_by_side(pairs: list[tuple[RunRecord, RunRecord]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def seed_log_gaps(a: pd.Series, b: pd.Series) -> pd.Series | None:
+    """ln(a / b) per seed (both indexed by seed; their common seeds), None where a value is not positive."""
+    seeds = sorted(set(a.index) & set(b.index))
+    x, y = a.loc[seeds].to_numpy(float), b.loc[seeds].to_numpy(float)
+    if not (np.all(x > 0) and np.all(y > 0)):
+        return None
+    return pd.Series(np.log(x) - np.log(y), index=seeds)
+
+
 def gap_comparison(table: pd.DataFrame) -> pd.DataFrame:
     """For each pair of configurations (paired by seed), the measured and simulated gaps a/b."""
     rows = []
@@ -121,9 +130,12 @@ def gap_comparison(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def decomposition(gaps: pd.DataFrame, defaults_pair: str, matched_pair: str) -> pd.DataFrame:
+def decomposition(gaps: pd.DataFrame, defaults_pair: str, matched_pair: str,
+                  table: pd.DataFrame | None = None) -> pd.DataFrame:
     """φ measured and simulated from the gaps of a defaults pair and a matched pair ("a/b" labels; the
-    order inside a pair does not matter: both are read as the gap table states them)."""
+    order inside a pair does not matter: both are read as the gap table states them). With the
+    side-by-side ``table`` the gaps came from, the measured φ's 95 % interval over the seeds both pairs ran
+    (``measured_phi_lo``, ``measured_phi_hi``: ``analysis.stats.removed_fraction_interval``)."""
     def pick(pair: str, metric: str) -> pd.Series | None:
         a, b = pair.split("/", 1)
         for name in (f"{a}/{b}", f"{b}/{a}"):
@@ -140,8 +152,27 @@ def decomposition(gaps: pd.DataFrame, defaults_pair: str, matched_pair: str) -> 
         for src in ("measured", "simulated"):
             phi = removed_fraction(float(d[f"{src}_gap"]), float(m[f"{src}_gap"]))
             row[f"{src}_phi"] = phi if phi is not None else math.nan
+        if table is not None:
+            row["measured_phi_lo"], row["measured_phi_hi"] = measured_phi_interval(
+                table, str(d["pair"]), str(m["pair"]), metric)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def measured_phi_interval(table: pd.DataFrame, defaults_pair: str, matched_pair: str,
+                          metric: str) -> tuple[float, float]:
+    """The measured φ's 95 % interval from the per-seed log gaps of both pairs ("a/b" as the gap table
+    states them), over the seeds all four configurations ran."""
+    def logs(pair: str) -> pd.Series | None:
+        a, b = pair.split("/", 1)
+        by = {c: table[(table["config"] == c) & (table["metric"] == metric)].set_index("seed")["measured"]
+              for c in (a, b)}
+        return seed_log_gaps(by[a], by[b])
+    d, m = logs(defaults_pair), logs(matched_pair)
+    if d is None or m is None:
+        return math.nan, math.nan
+    seeds = sorted(set(d.index) & set(m.index))
+    return removed_fraction_interval(d.loc[seeds].to_numpy(), m.loc[seeds].to_numpy())
 
 
 def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, model: str,
@@ -160,5 +191,5 @@ def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, mode
     gaps = gap_comparison(table)
     out = {"side_by_side": table, "gaps": gaps}
     if phi_pairs:
-        out["decomposition"] = decomposition(gaps, *phi_pairs)
+        out["decomposition"] = decomposition(gaps, *phi_pairs, table=table)
     return out

@@ -6,6 +6,7 @@ per-engine TTFT p50 and E2E p50 within 15 % — against the simulator, or agains
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ def study_tables(sbs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
     gaps = gap_comparison(sbs)
     keep = {f"{a}/{b}" for a, b in PAIRS.values()} | {f"{b}/{a}" for a, b in PAIRS.values()}
     gaps = gaps[gaps["pair"].isin(keep)]
-    phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]))
+    phi = phi_table(gaps, "/".join(PAIRS["defaults"]), "/".join(PAIRS["matched"]), table=sbs)
     return gaps, phi, per_config_means(sbs)
 
 
@@ -83,9 +84,11 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
     """One row per target and cell: the engine gap (TTFT p50/p95, throughput) within 20 % and on the same
     side of 1 (and whether the simulated gap lies inside the measured gap's 95 % interval over seeds: with
     3 seeds that interval is often wider than ±20 %); φ within ±0.15 wherever the measured gaps decompose
-    (|ln R_def| > ln 1.1; a twin whose defaults gap is too close to 1 to decompose there misses it);
+    (|ln R_def| > ln 1.1; a twin whose defaults gap is too close to 1 to decompose there misses it), and
+    whether the simulated φ lies inside the measured φ's 95 % interval over seeds (Fieller's; unbounded
+    where the measured defaults gap is not significant);
     per-engine TTFT p50 and E2E p50 within 15 %."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for arm in ("defaults", "matched"):
         pair = "/".join(PAIRS[arm])
         for m in ("ttft_p50", "ttft_p95", "throughput"):
@@ -101,9 +104,11 @@ def target_checks(cond: str, gaps: pd.DataFrame, phi: pd.DataFrame, per_config: 
                          "met": side and abs(rel) <= GAP_TOLERANCE})
     for _, r in phi.iterrows():       # a check wherever the measurement decomposes; a twin that does not: missed
         if r["metric"] in ("ttft_p50", "ttft_p95", "throughput") and pd.notna(r["measured_phi"]):
-            d = float(r["simulated_phi"]) - float(r["measured_phi"])
+            sim, d = float(r["simulated_phi"]), float(r["simulated_phi"]) - float(r["measured_phi"])
+            lo, hi = (float(r.get(c, float("nan"))) for c in ("measured_phi_lo", "measured_phi_hi"))
             rows.append({"cell": cond, "target": f"phi {r['metric']}", "what": "defaults vs matched",
-                         "measured": float(r["measured_phi"]), "simulated": float(r["simulated_phi"]), "error": d,
+                         "measured": float(r["measured_phi"]), "simulated": sim, "error": d,
+                         "in_measured_ci": bool(lo <= sim <= hi) if not np.isnan(lo) else None,
                          "met": bool(abs(d) <= PHI_TOLERANCE)})
     for _, r in per_config[per_config["metric"].isin(["ttft_p50", "e2e_p50"])].iterrows():
         rows.append({"cell": cond, "target": f"engine {r['metric']}", "what": r["config"],

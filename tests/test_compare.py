@@ -203,6 +203,25 @@ def test_twin_study_target_checks():
     assert not t.loc[("phi ttft_p95", "defaults vs matched"), "met"]         # the twin's gap does not decompose
     assert ("phi throughput", "defaults vs matched") not in t.index          # the engines' gap does not
     assert t.loc[("engine e2e_p50", "vllm-c512"), "met"]
+    assert pd.isna(t.loc[("phi ttft_p50", "defaults vs matched"), "in_measured_ci"])   # no interval given
+
+
+def test_a_phi_check_says_whether_the_twin_lies_inside_the_measured_phis_interval():
+    """φ from a side-by-side table of three seeds: the measured φ's interval comes from the per-seed gaps
+    of both pairs, and the check says whether the simulated φ lies inside it."""
+    from calibrate.twin_targets import study_tables, target_checks
+    rows = []
+    for seed, (nochunk, c512) in enumerate([(2.0, 1.2), (2.3, 1.25), (1.8, 1.1)], start=1):
+        for cfg, meas, sim in (("vllm-nochunk", nochunk, 2.0), ("sglang-lpm", 1.0, 1.0),
+                               ("vllm-c512", c512, 1.9), ("sglang-lpm-c512", 1.0, 1.0)):
+            rows.append({"config": cfg, "seed": seed, "metric": "ttft_p50", "measured": meas, "simulated": sim,
+                         "rel_error": sim / meas - 1})
+    gaps, phi, per = study_tables(pd.DataFrame(rows))
+    r = phi.set_index("metric").loc["ttft_p50"]
+    assert r["measured_phi_lo"] < r["measured_phi"] < r["measured_phi_hi"] < 1
+    t = target_checks("c", gaps, phi, per).set_index(["target", "what"])
+    assert not t.loc[("phi ttft_p50", "defaults vs matched"), "in_measured_ci"]   # the twin removes ~7 %
+    assert not t.loc[("phi ttft_p50", "defaults vs matched"), "met"]
 
 
 def test_a_cells_per_engine_error_is_that_of_its_mean_over_seeds():

@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from analysis.fluid import closed_loop_wait, fluid_wait, predicted_gap, predicted_ttft, shortfall
 from analysis.metrics import KEEPS_PACE
-from analysis.stats import geomean, paired_gap, removed_fraction, spread_of_medians
+from analysis.stats import geomean, paired_gap, removed_fraction, removed_fraction_interval, spread_of_medians
 
 
 def test_geomean():
@@ -33,6 +33,37 @@ def test_phi_and_guard():
     assert removed_fraction(4.0, 2.0) == pytest.approx(0.5)
     assert removed_fraction(1.09, 1.0) is None
     assert removed_fraction(1.11, 1.0) is not None
+
+
+def test_phi_interval_holds_the_point_estimate_and_is_exact_without_spread():
+    d, m = np.log([2.0, 2.2, 1.9]), np.log([1.2, 1.3, 1.15])
+    lo, hi = removed_fraction_interval(d, m)
+    phi = removed_fraction(math.exp(d.mean()), math.exp(m.mean()))
+    assert phi is not None and lo < phi < hi and hi - lo > 0.1
+    same = removed_fraction_interval(np.log([2.0] * 3), np.log([1.2] * 3))
+    assert same[0] == pytest.approx(same[1]) == pytest.approx(removed_fraction(2.0, 1.2))
+
+
+def test_phi_interval_is_unbounded_where_the_defaults_gap_is_not_significant():
+    """Seeds whose defaults gaps straddle 1 leave the ratio (and φ) unbounded: any φ fits them."""
+    assert removed_fraction_interval(np.log([1.5, 0.9, 1.4]), np.log([1.2, 1.3, 1.15])) == (-math.inf, math.inf)
+    assert all(math.isnan(x) for x in removed_fraction_interval(np.log([1.05] * 3), np.log([1.0] * 3)))  # guard
+    assert all(math.isnan(x) for x in removed_fraction_interval(np.log([2.0]), np.log([1.2])))            # 1 seed
+    with pytest.raises(ValueError, match="pair them by seed"):
+        removed_fraction_interval(np.log([2.0, 2.1]), np.log([1.2]))
+
+
+def test_phi_interval_covers_the_true_phi_95_percent_of_the_time():
+    """Fieller's interval with the t quantile of 3 seeds: over many draws of correlated per-seed log gaps
+    it holds the true φ (1 − 0.3 / 0.7) about 95 % of the time."""
+    rng = np.random.default_rng(7)
+    hits = n = 0
+    for _ in range(3000):
+        z = rng.multivariate_normal([0.7, 0.3], [[0.02, 0.01], [0.01, 0.02]], size=3)
+        lo, hi = removed_fraction_interval(z[:, 0], z[:, 1])
+        if not math.isnan(lo):
+            n, hits = n + 1, hits + (lo <= 1 - 0.3 / 0.7 <= hi)
+    assert n > 2800 and 0.93 < hits / n < 0.97
 
 
 def test_spread():

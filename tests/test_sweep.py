@@ -80,6 +80,9 @@ def test_tables_and_refusal_to_pool(tmp_path: Path):
     t = all_tables(runs)
     assert len(t["absolute"]) == 8 and len(t["decomposition"]) == 10
     assert set(t["gaps"]["n"]) == {3}
+    dec = t["decomposition"].dropna(subset=["phi"])
+    assert not dec.empty                                           # φ with its 95 % interval over the seeds
+    assert ((dec["phi_lo"] <= dec["phi"]) & (dec["phi"] <= dec["phi_hi"])).all()
     bad = runs[0]
     bad.meta["engine_config"] = {**bad.meta["engine_config"], "max_num_seqs": 7}
     with pytest.raises(RecordError, match="refusing to pool"):
