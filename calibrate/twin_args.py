@@ -19,6 +19,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="leave out SGLang's front-end and output-path latencies that its instances' step logs "
                          "measured (by default its twins have them and its probes are fitted with them: "
                          "calibrate.twin_steplog)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild the report from what OUT recorded (twins, tables, figures) and start no engine: "
+                         "an error naming what is missing if any probe or run is not recorded")
     ap.add_argument("--repeat-of", action="append", default=[], metavar="DIR",
                     help="another study folder with the same pinned cells: its live runs are held to the targets "
                          "against this study's, in the simulator's place (repeatable)")

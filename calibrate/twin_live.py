@@ -177,6 +177,31 @@ def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
     return [t for t in todo if not (t[-1] / "run.json").is_file()]
 
 
+def unrecorded(out: Path, seeds: list[int], duration: float, cells: Cells | None) -> list[Path]:
+    """What the study has yet to record — probes, calibration traces, study runs — in the order it would
+    (runs only once the cells are known)."""
+    missing: list[Path] = []
+    for label in ORDER:
+        if (p := pending_probe(out, label)) is not None:
+            missing.append(p)
+        if cells is not None:
+            missing += [dest for _, dest in pending_runs(out, label, cells, seeds, duration)]
+    return missing
+
+
+def require_recorded(out: Path, seeds: list[int], duration: float, cells: Cells | None) -> None:
+    """An error naming what is missing unless every probe and run of the study is recorded (a report
+    rebuilt from the records alone: ``--report-only``)."""
+    if cells is None:
+        raise ServetwinError(f"{out}: the study's cells are not known (no conditions.json, and SGLang's default "
+                             "configuration not probed): nothing to report; run without --report-only to record it")
+    missing = unrecorded(out, seeds, duration, cells)
+    if missing:
+        names = ", ".join(str(p.relative_to(out)) for p in missing[:3]) + (", …" if len(missing) > 3 else "")
+        raise ServetwinError(f"{out}: {len(missing)} probe or run record(s) missing ({names}); run without "
+                             "--report-only to record them (that starts the engines)")
+
+
 def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> bool:
     """Start this configuration's instance if it has anything to do: its probes (if probed and not yet),
     then — once ``cells()`` knows the cells — its calibration traces and study seeds. False when its runs

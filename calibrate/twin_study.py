@@ -61,6 +61,7 @@ from calibrate.twin_live import (
     cell,
     pending_probe,
     probe_dirs,
+    require_recorded,
     run_engines,
     scenario,
 )
@@ -337,13 +338,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def study(a: argparse.Namespace) -> int:
-    if not a.no_realtime_client:
+    if not a.no_realtime_client and not a.report_only:
         print(f"client scheduling: {realtime_client()}", file=sys.stderr)
     out = Path(a.out)
     seeds = [1, 2] if a.quick else [1, 2, 3]
     duration = RUN_S
     cells = study_cells(out, a.quick, a.rate)
-    run_engines(out, seeds, duration, cells)          # each instance: its probes, then its runs
+    if a.report_only:
+        require_recorded(out, seeds, duration, cells())
+    else:
+        run_engines(out, seeds, duration, cells)      # each instance: its probes, then its runs
     fit_family(out, "vllm")
     fit_family(out, "sglang", a.path_latencies)
     conditions = cells()

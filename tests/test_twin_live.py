@@ -180,3 +180,21 @@ def test_a_study_calibrated_on_one_trace_records_no_per_cell_traces_when_resumed
     (tmp_path / "calibration" / "vllm-c512" / "seed-0").mkdir(parents=True)
     (tmp_path / "calibration" / "vllm-c512" / "seed-0" / "run.json").write_text("{}")
     assert tl.pending_runs(tmp_path, "vllm-c512", cells, [1, 2], 40.0) == []
+
+
+def test_report_only_starts_no_engine_and_names_what_is_missing(tmp_path: Path, fake: list[tuple[str, ...]],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--report-only`` rebuilds a report from the records alone: with a probe or run missing it says which
+    and exits non-zero without starting an engine; a folder whose cells are not known is refused as well."""
+    assert ts.main(["--out", str(tmp_path), "--report-only"]) != 0
+    assert "cells are not known" in capsys.readouterr().err
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9]]}))
+    tl.run_engines(tmp_path, [1, 2, 3], tl.RUN_S, ts.study_cells(tmp_path, quick=False, rate=None))
+    fake.clear()
+    run = tmp_path / "live" / "rate0.6-sigma0.9" / "sglang-lpm" / "seed-2" / "run.json"
+    run.unlink()
+    assert ts.main(["--out", str(tmp_path), "--report-only"]) != 0
+    err = capsys.readouterr().err
+    assert "1 probe or run record(s) missing (live/rate0.6-sigma0.9/sglang-lpm/seed-2)" in err
+    assert "--report-only" in err and fake == []                 # nothing started
+    assert tl.unrecorded(tmp_path, [1, 2, 3], tl.RUN_S, [(0.6, 0.9)]) == [run.parent]
