@@ -129,8 +129,9 @@ def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched:
     rows: list[dict[str, Any]] = []
     if gaps.empty:
         return pd.DataFrame(rows)
-    logs = {(cond, arm, m): _log_gaps(a, b, m) for cond, arm, a, b in _pairs(rt) for m in (*LATENCY, "throughput")} \
-        if rt is not None else {}
+    logs: dict[tuple[str, str, str], pd.Series | None] = {}
+    for cond, arm, a, b in _pairs(rt) if rt is not None else []:
+        logs.update({(cond, arm, m): _log_gaps(a, b, m) for m in (*LATENCY, "throughput")})
     for (cond, metric), g in gaps.groupby(["condition", "metric"], sort=False):
         d = g[g["arm"] == defaults]
         m = g[g["arm"] == matched]

@@ -68,6 +68,9 @@ def repeat_table(runs: list[RunRecord], profile: str | None = None) -> pd.DataFr
     """One row per run: its TTFT, E2E and TPOT p50 (s) and, with a profile, its decode scale against it."""
     if len({r.meta.get("trace_digest") for r in runs}) > 1:
         raise ServetwinError("repeatability: the runs served different traces; it compares repeats of one trace")
+    if len({r.meta.get("engine") for r in runs}) > 1:
+        raise ServetwinError("repeatability: the runs come from different configurations "
+                             f"({', '.join(sorted(str(r.meta.get('engine')) for r in runs))}); give each its own --out")
     rows = []
     for r in runs:
         m = run_metrics(r)
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="a fitted profile: each run's decode scale against it")
     ap.add_argument("--summary-only", action="store_true", help="tabulate the recorded runs; start no engine")
     a = ap.parse_args(argv)
+    if a.times < 2 or a.seconds <= 0:
+        ap.error(f"--times {a.times} --seconds {a.seconds:g}: the spread needs 2 or more runs of a positive length")
     out = Path(a.out)
     try:
         if not a.summary_only:

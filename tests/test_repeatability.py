@@ -74,6 +74,9 @@ def test_repeat_table_holds_each_runs_metrics_and_refuses_other_traces(small_tra
     t = repeat_table([a, b])
     assert list(t.columns) == ["run", "ttft_p50", "e2e_p50", "tpot_p50"]
     assert t["e2e_p50"].iloc[1] == pytest.approx(float(run_metrics(b)["e2e_p50"]))
+    b.meta["engine"] = "other-config"
+    with pytest.raises(ServetwinError, match="different configurations"):
+        repeat_table([a, b])
     b.meta["trace_digest"] = "other"
     with pytest.raises(ServetwinError, match="different traces"):
         repeat_table([a, b])
@@ -82,3 +85,6 @@ def test_repeat_table_holds_each_runs_metrics_and_refuses_other_traces(small_tra
 def test_summary_of_too_few_runs_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--out", str(tmp_path), "--summary-only", "--times", "3"]) != 0
     assert "0 recorded run(s) of the 3 asked" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:
+        main(["--out", str(tmp_path), "--times", "1"])
+    assert err.value.code == 2 and "--times 1" in capsys.readouterr().err
