@@ -142,14 +142,16 @@ def decomposition_table(gaps: pd.DataFrame, defaults: str = "defaults", matched:
         row = {"condition": cond, "metric": metric, "gap_defaults": r_def, "gap_matched": r_mat,
                "phi": phi if phi is not None else float("nan")}
         if rt is not None:
-            row["phi_lo"], row["phi_hi"] = _phi_interval(logs.get((cond, defaults, metric)),
-                                                         logs.get((cond, matched, metric)))
+            row["phi_lo"], row["phi_hi"] = phi_interval(logs.get((cond, defaults, metric)),
+                                                        logs.get((cond, matched, metric)))
         row["phi_note"] = "" if phi is not None else "|ln R_def| ≤ ln 1.1: not computed"
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _phi_interval(d: pd.Series | None, m: pd.Series | None) -> tuple[float, float]:
+def phi_interval(d: pd.Series | None, m: pd.Series | None) -> tuple[float, float]:
+    """φ's 95 % interval from the two arms' log gaps indexed by seed, over the seeds both have (NaN where an
+    arm has none)."""
     if d is None or m is None:
         return float("nan"), float("nan")
     seeds = sorted(set(d.index) & set(m.index))

@@ -14,7 +14,8 @@ import pandas as pd
 
 from analysis.metrics import run_metrics
 from analysis.records import RunRecord, write_run
-from analysis.stats import paired_gap, removed_fraction, removed_fraction_interval
+from analysis.stats import paired_gap, removed_fraction
+from analysis.tables import phi_interval
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
@@ -168,11 +169,7 @@ def measured_phi_interval(table: pd.DataFrame, defaults_pair: str, matched_pair:
         by = {c: table[(table["config"] == c) & (table["metric"] == metric)].set_index("seed")["measured"]
               for c in (a, b)}
         return seed_log_gaps(by[a], by[b])
-    d, m = logs(defaults_pair), logs(matched_pair)
-    if d is None or m is None:
-        return math.nan, math.nan
-    seeds = sorted(set(d.index) & set(m.index))
-    return removed_fraction_interval(d.loc[seeds].to_numpy(), m.loc[seeds].to_numpy())
+    return phi_interval(logs(defaults_pair), logs(matched_pair))
 
 
 def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, model: str,

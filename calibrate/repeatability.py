@@ -27,9 +27,7 @@ from analysis.metrics import run_metrics
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
 from calibrate.decode_load import measure
-from live.dispatcher import DispatchConfig
 from live.priority import realtime_client
-from live.run import LiveOptions
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 
@@ -55,10 +53,7 @@ def serve_repeats(out: Path, label: str, rate: float, sharing: float, seconds: f
     eng = tl.engine(kind, opts, out / f"{label}.log").start()
     try:
         for dest in todo:
-            rec = tl.run_live(trace, DispatchConfig(endpoint=eng.url, model=MODEL, warmup=5),
-                              LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid, cold_cache=True),
-                              dest)
-            print(f"  {dest.name}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
+            tl.record_run(eng, label, trace, dest, out)
     finally:
         eng.stop()
     return dirs

@@ -26,6 +26,7 @@ from live.run import LiveOptions, run_live
 from scenarios.compiler import build_trace, compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
+from scenarios.trace import Trace
 
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "vllm-nochunk": ("vllm", {"chunked_prefill": None}),
@@ -222,13 +223,18 @@ def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Calla
                 return False
             todo = pending_runs(out, label, known, seeds, duration)
         for sc, dest in todo:
-            trace = compile_trace(scenario_from_dict(sc))
-            rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
-                           LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid, cold_cache=True), dest)
-            print(f"  {dest.relative_to(out)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
+            record_run(eng, label, compile_trace(scenario_from_dict(sc)), dest, out)
     finally:
         eng.stop()
     return True
+
+
+def record_run(eng: VllmCpu, label: str, trace: Trace, dest: Path, root: Path) -> None:
+    """One live run on a started instance as the study serves it (a 5-request warm-up, then the prefix
+    cache emptied, as its twin starts), its outcome printed by its path under ``root``."""
+    rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
+                   LiveOptions(label, engine_log=str(eng.log_path), engine_pid=eng.pid, cold_cache=True), dest)
+    print(f"  {dest.relative_to(root)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
 
 
 def run_engines(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> None:
