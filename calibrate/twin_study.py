@@ -78,7 +78,7 @@ from calibrate.twin_own_scale import (
 )
 from calibrate.twin_steplog import PrefillScale, fit_base, with_own_latencies, with_prefill_scale
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
-from calibrate.twin_targets import met_counts, repeat_checks, study_tables, target_checks
+from calibrate.twin_targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
 from scenarios.errors import ServetwinError
@@ -275,6 +275,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         parts += p
         checks.append(c)
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
+    table.to_csv(out / TARGETS_FILE, index=False)
     calibrated = not scales.empty
     what = ("profiles fitted on probes, each instance's decode and prefill steps scaled as its calibration traces "
             f"(seed {CALIBRATION_SEED}) measured: every study seed is held out" if calibrated else

@@ -315,6 +315,9 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
+    checks = pd.read_csv(tmp_path / "targets.csv")        # the held-out checks, as calibrate.twin_bias reads them
+    assert len(checks) >= 10 and checks["met"].all() and set(checks["cell"]) == {"rate0.4-sigma0.9"}
+    assert (checks["error"].abs() < 1e-12).all()
 
 
 def test_an_instances_calibration_traces_are_pooled_into_its_profile(tmp_path: Path):
