@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from live.vllm_steplog import logging_config
 from scenarios.errors import ServetwinError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +70,7 @@ class VllmCpu:
     log_path: Path = field(default_factory=lambda: Path("vllm-engine.log"))
     extra: list[str] = field(default_factory=list)
     _proc: subprocess.Popen[bytes] | None = None
+    step_log: Path | None = None      # vLLM: every iteration's batch and forward time to this file (live.vllm_steplog)
 
     @property
     def url(self) -> str:
@@ -89,6 +91,8 @@ class VllmCpu:
             a += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(self.chunked_prefill)]
         else:
             a += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.max_model_len)]
+        if self.step_log is not None:
+            a.append("--enable-logging-iteration-details")
         return a + self.extra
 
     def expected(self) -> dict[str, object]:
@@ -98,8 +102,11 @@ class VllmCpu:
 
     def env(self) -> dict[str, str]:
         # dev mode: /reset_prefix_cache, so a run can start with an empty prefix cache (LiveOptions.cold_cache)
-        return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+        if self.step_log is not None:
+            env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config(self.step_log))
+        return env
 
     def start(self, timeout_s: float = 600.0) -> VllmCpu:
         env = self.env()
@@ -158,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-total-tokens", type=int, default=65536, help="SGLang KV pool cap")
     ap.add_argument("--kv-gib", type=int, default=1)
     ap.add_argument("--log", default="vllm-engine.log")
-    ap.add_argument("--step-log", default=None, help="SGLang: log its scheduler's forwards to STEP_LOG.<pid>")
+    ap.add_argument("--step-log", default=None, help="SGLang: log its scheduler's forwards to STEP_LOG.<pid>; "
+                    "vLLM: every iteration's batch and forward time to STEP_LOG")
     a = ap.parse_args(argv)
     model = tiny_model(Path(a.model_dir))
     if a.engine == "sglang":
@@ -167,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                                  step_log=Path(a.step_log) if a.step_log else None)
     else:
         eng = VllmCpu(model, a.port, a.prefix_caching, a.chunked_prefill, a.block_size, a.policy or "fcfs",
-                      a.kv_gib, log_path=Path(a.log))
+                      a.kv_gib, log_path=Path(a.log), step_log=Path(a.step_log) if a.step_log else None)
     eng.start()
     print(f"{a.engine} (CPU) serving tiny-llama at {eng.url} (log: {eng.log_path}); Ctrl-C stops it", flush=True)
     try:

@@ -45,7 +45,8 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def engine(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    eng = VllmCpu(model_dir, port=free_port(), log_path=tmp_path_factory.mktemp("eng") / "vllm.log")
+    d = tmp_path_factory.mktemp("eng")
+    eng = VllmCpu(model_dir, port=free_port(), log_path=d / "vllm.log", step_log=d / "vllm.steps")
     eng.start()
     yield eng
     eng.stop()
@@ -111,6 +112,27 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     # --realtime-client: SCHED_FIFO where permitted (root here), else a warning saying why; the record says which
     warned = "--realtime-client: the client runs at normal" in r.stderr
     assert rec.meta["client"]["scheduling"] == ("normal" if warned else "fifo")
+
+
+def test_vllm_step_log_splits_each_requests_ttft(engine: VllmCpu, tmp_path: Path):
+    """vLLM's own iteration log, routed to a file with Unix times (live.vllm_steplog): every request's first
+    token is matched to the forward that prefilled it, and its TTFT splits into admission, that forward and
+    the output path — parts that add up to the TTFT the client measured."""
+    from calibrate.vllm_admission import MATCH_S, split_ttft
+    from live.vllm_steplog import read_steps
+    trace = small_trace(duration=20.0, seed=4)
+    rec = run_live(trace, DispatchConfig(endpoint=engine.url, model="tiny-llama", warmup=2),
+                   LiveOptions("steps", engine_log=str(engine.log_path), cold_cache=True), tmp_path / "run")
+    assert engine.step_log is not None
+    steps = read_steps(engine.step_log)
+    assert (steps["ctx_tokens"] > 0).any() and (steps["gen_requests"] > 0).any() and (steps["elapsed_s"] > 0).all()
+    rows = split_ttft(rec, steps)
+    assert len(rows) >= 0.9 * len(rec.requests)
+    assert (rows["prefill_s"] > 0).all() and (rows["admission_s"] > 0).all()
+    assert rows["output_s"].between(0, MATCH_S).all()
+    parts = rows["admission_s"] + rows["prefill_s"] + rows["output_s"]
+    assert (parts - rows["ttft_s"]).abs().max() < 1e-9
+    assert "Iteration(" not in engine.log_path.read_text()          # the step lines go to the step log only
 
 
 def test_engine_killed_mid_run_keeps_every_record(model_dir: Path, tmp_path: Path):

@@ -1,0 +1,107 @@
+"""Where a vLLM request's time to first token goes, read from the engine's own step log
+(``live.vllm_steplog``) beside the live run's client timestamps (both Unix times on one host).
+
+Each request's first token is matched to the logged forward that prefilled it — the latest iteration
+with a prefilled ("context") request logged at or before the token reached the client, at most
+``MATCH_S`` before it — and its TTFT split in three: **admission**, send → that forward's start (the
+front end, the engine core's input path, the forward under way and requests queued ahead; the time
+between the forward's end and its log line is in it too, about a millisecond); **prefill**, that
+forward's elapsed time as vLLM measured it (with chunked prefill, the chunk that finished the prompt);
+**output**, the log line → the token at the client. Binned by the streams in flight when it was sent
+(requests between their first and last token) and by the requests queued ahead of it (sent before it,
+no first token yet), the medians say which part grows with load: a twin that prices the forward right
+but misses the admission misses the front end, not the step.
+
+    python -m calibrate.vllm_admission RUN --steps STEP_LOG [RUN --steps STEP_LOG ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+from analysis.records import RunRecord, read_run
+from analysis.tables import to_markdown
+from live.vllm_steplog import read_steps
+from scenarios.errors import ServetwinError
+
+MATCH_S = 0.020          # a first token reaches the client at most this long after its step's log line
+STREAM_BINS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 1 << 30)]
+QUEUE_BINS = [(0, 0), (1, 1), (2, 1 << 30)]
+
+
+def in_flight(send: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each send time, how many requests were inside [start, end) of their own (a request's own
+    interval never contains its send)."""
+    return np.array([int(((start < t) & (end > t)).sum()) for t in send])
+
+
+def split_ttft(run: RunRecord, steps: pd.DataFrame, match_s: float = MATCH_S) -> pd.DataFrame:
+    """One row per answered request matched to its prefill forward: streams in flight and requests queued
+    ahead at its send, its TTFT and the three parts (s), the forward's prefilled and decoding requests."""
+    t0 = run.meta.get("run_window", {}).get("start_unix")
+    if t0 is None:
+        raise ServetwinError(f"{run.path}: run.json has no run_window.start_unix to align the step log with")
+    req = run.requests.dropna(subset=["first_token_s"]).sort_values("send_s")
+    send, first = req["send_s"].to_numpy(float), req["first_token_s"].to_numpy(float)
+    last = req["last_token_s"].fillna(np.inf).to_numpy(float)
+    pre = steps[steps["ctx_requests"] > 0]
+    t = pre["t_unix"].to_numpy(float) - t0
+    i = np.searchsorted(t, first, side="right") - 1
+    ok = (i >= 0) & (first - t[np.clip(i, 0, None)] <= match_s)
+    if not ok.any():
+        raise ServetwinError(f"{run.path}: no first token within {match_s * 1000:g} ms of a logged prefill; "
+                             "is the step log from the instance that served this run?")
+    j = i[ok]
+    elapsed = pre["elapsed_s"].to_numpy(float)[j]
+    end = t[j]
+    return pd.DataFrame({"request_id": req["request_id"].to_numpy()[ok],
+                         "streams": in_flight(send, first, last)[ok],
+                         "queued_ahead": in_flight(send, send, first)[ok],
+                         "ttft_s": (first - send)[ok], "admission_s": (end - elapsed) - send[ok],
+                         "prefill_s": elapsed, "output_s": first[ok] - end,
+                         "prefill_requests": pre["ctx_requests"].to_numpy()[j],
+                         "decoding": pre["gen_requests"].to_numpy()[j]})
+
+
+def binned(rows: pd.DataFrame, column: str, bins: list[tuple[int, int]]) -> pd.DataFrame:
+    """Median TTFT and parts (ms) and request counts per bin of ``column``."""
+    out = []
+    for lo, hi in bins:
+        g = rows[(rows[column] >= lo) & (rows[column] <= hi)]
+        if g.empty:
+            continue
+        label = str(lo) if lo == hi else (f"{lo}+" if hi >= 1 << 30 else f"{lo}–{hi}")
+        parts = ("ttft", "admission", "prefill", "output")
+        medians = {f"{p}_ms": float(g[f"{p}_s"].median() * 1000) for p in parts}
+        out.append({column: label, "requests": len(g), **medians})
+    return pd.DataFrame(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="live run folders")
+    ap.add_argument("--steps", action="append", required=True,
+                    help="the step log of the instance that served each run (once per run, in order)")
+    a = ap.parse_args(argv)
+    if len(a.steps) != len(a.runs):
+        ap.error(f"{len(a.runs)} run(s) and {len(a.steps)} --steps: give each run the step log of its instance")
+    try:
+        rows = pd.concat([split_ttft(read_run(r), read_steps(s)) for r, s in zip(a.runs, a.steps, strict=True)],
+                         ignore_index=True)
+    except ServetwinError as err:
+        print(f"vllm admission: error: {err}", file=sys.stderr)
+        return err.exit_code
+    print(f"{len(rows)} requests matched to their prefill forward\n")
+    print("## By streams in flight at send\n")
+    print(to_markdown(binned(rows, "streams", STREAM_BINS)))
+    print("\n## By requests queued ahead at send\n")
+    print(to_markdown(binned(rows, "queued_ahead", QUEUE_BINS)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
