@@ -12,6 +12,8 @@ whose bias is near zero misses by noise: no deterministic twin would meet it mor
 Errors are averaged in the log for the ratio targets (engine gaps, per-engine TTFT and E2E p50: ln of
 simulated / measured), as differences for φ. Reads each study's ``targets.csv`` (the held-out checks of
 its report, written by ``servetwin twin-study``; rebuild an older study's with ``--report-only``).
+Studies of other pinned cells, or whose live runs measured on another CPU, are refused: they are not
+repeats of one another.
 
     python -m calibrate.twin_bias OUT OUT [OUT ...]
 """
@@ -29,6 +31,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis.tables import to_markdown
+from calibrate.twin_tables import cpu_name
 from calibrate.twin_targets import ENGINE_TOLERANCE, GAP_TOLERANCE, PHI_TOLERANCE, TARGETS_FILE
 from scenarios.errors import ServetwinError
 
@@ -58,6 +61,22 @@ def read_checks(out: Path) -> pd.DataFrame:
     df["bias_unit"] = np.where(phi, df["simulated"] - df["measured"], ratio)
     df["study"] = out.name
     return df
+
+
+def study_cpus(out: Path) -> set[str]:
+    """The CPUs the study's live runs recorded (runs that recorded none left out)."""
+    names = {cpu_name(json.loads(p.read_text())) for p in sorted((out / "live").glob("*/*/seed-*/run.json"))}
+    return names - {"not recorded"}
+
+
+def same_host(outs: list[Path]) -> None:
+    """Refuse studies measured on different CPUs: on another CPU the engines are other engines."""
+    seen = {o: study_cpus(o) for o in outs}
+    named = [(o, c) for o, c in seen.items() if c]
+    for o, cpus in named[1:]:
+        if cpus != named[0][1]:
+            raise ServetwinError(f"{o}: its live runs measured on {', '.join(sorted(cpus))}, {named[0][0]}'s on "
+                                 f"{', '.join(sorted(named[0][1]))}; studies on different CPUs are not repeats")
 
 
 def same_cells(outs: list[Path]) -> None:
@@ -110,6 +129,7 @@ def study_bias(outs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     if len(outs) < 2:
         raise ServetwinError("twin bias: give two or more studies of the same pinned cells")
     same_cells(outs)
+    same_host(outs)
     checks = pd.concat([read_checks(o) for o in outs], ignore_index=True)
     table = bias_table(checks)
     return table, summary(table)

@@ -47,14 +47,17 @@ def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
         simulated_keeps=("simulated", lambda x: float((x >= KEEPS_PACE).mean()))).reset_index()
 
 
+def cpu_name(meta: dict[str, Any]) -> str:
+    """The CPU a live run measured on (its ``run.json``'s ``host.cpu``: model and instruction-set extensions)."""
+    cpu = (meta.get("host") or {}).get("cpu")
+    if not cpu:
+        return "not recorded"
+    isa = ", ".join(cpu.get("isa") or []) or "none of the listed extensions"
+    return f"{cpu.get('model_name') or 'unnamed CPU'} ({isa})"
+
+
 def host_cpus(metas: list[dict[str, Any]]) -> str:
     """Which CPUs the live runs measured (their ``run.json``'s ``host.cpu``), with how many runs each:
     studies on different CPUs are not repeats of one another."""
-    def name(meta: dict[str, Any]) -> str:
-        cpu = (meta.get("host") or {}).get("cpu")
-        if not cpu:
-            return "not recorded"
-        isa = ", ".join(cpu.get("isa") or []) or "none of the listed extensions"
-        return f"{cpu.get('model_name') or 'unnamed CPU'} ({isa})"
-    counts = Counter(name(m) for m in metas)
+    counts = Counter(cpu_name(m) for m in metas)
     return "; ".join(f"{n}: {k} run{'s' if k != 1 else ''}" for n, k in sorted(counts.items()))

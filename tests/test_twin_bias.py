@@ -16,11 +16,14 @@ from scenarios.errors import ServetwinError
 CELLS = {"knee": 0.5, "conditions": [[0.36, 0.9], [0.66, 0.9]]}
 
 
-def _study(root: Path, name: str, e2e: float, ttft: float, phi: float, cells: dict = CELLS) -> Path:
-    """A study folder with its pinned cells and three held-out checks: simulated E2E and TTFT as the given
-    multiples of the measured, φ off by ``phi``."""
+def _study(root: Path, name: str, e2e: float, ttft: float, phi: float, cells: dict = CELLS,
+           cpu: str = "AMD EPYC") -> Path:
+    """A study folder with its pinned cells, one live run's record of its CPU, and three held-out checks:
+    simulated E2E and TTFT as the given multiples of the measured, φ off by ``phi``."""
     out = root / name
-    out.mkdir()
+    run = out / "live" / "rate0.66-sigma0.9" / "vllm-c512" / "seed-1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"host": {"cpu": {"model_name": cpu, "isa": ["avx2"]}}}))
     (out / "conditions.json").write_text(json.dumps(cells))
     rows = [("engine e2e_p50", "vllm-c512", 1.0, e2e, 0.15), ("engine ttft_p50", "sglang-lpm", 0.4, 0.4 * ttft, 0.15),
             ("phi ttft_p50", "defaults vs matched", 0.3, 0.3 + phi, None)]
@@ -51,11 +54,14 @@ def test_a_bias_the_same_in_every_study_is_systematic_and_noise_is_not(tmp_path:
     assert counts.loc["engine ttft_p50", "systematic"] == 0 and counts.loc["phi ttft_p50", "bias_met"] == 1
 
 
-def test_studies_of_other_cells_or_without_checks_are_refused(tmp_path: Path, capsys):
+def test_studies_of_other_cells_or_cpus_or_without_checks_are_refused(tmp_path: Path, capsys):
     a = _study(tmp_path, "a", 1.0, 1.0, 0.0)
     other = _study(tmp_path, "other", 1.0, 1.0, 0.0, cells={"knee": 0.5, "conditions": [[0.4, 0.9]]})
     with pytest.raises(ServetwinError, match="cells differ"):
         study_bias([a, other])
+    xeon = _study(tmp_path, "xeon", 1.0, 1.0, 0.0, cpu="Intel Xeon")
+    with pytest.raises(ServetwinError, match="different CPUs are not repeats"):
+        study_bias([a, xeon])
     with pytest.raises(ServetwinError, match="two or more studies"):
         study_bias([a])
     bare = tmp_path / "bare"
