@@ -3,7 +3,8 @@
 
 Each request's first token is matched to the logged forward that prefilled it — the latest iteration
 with a prefilled ("context") request logged at or before the token reached the client, at most
-``MATCH_S`` before it — and its TTFT split in three: **admission**, send → that forward's start (the
+``MATCH_S`` (100 ms) before it, begun after the request was sent, each forward matched to at most as
+many requests as it prefilled — and its TTFT split in three: **admission**, send → that forward's start (the
 front end, the engine core's input path, the forward under way and requests queued ahead; the time
 between the forward's end and its log line is in it too, about a millisecond); **prefill**, that
 forward's elapsed time as vLLM measured it (with chunked prefill, the chunk that finished the prompt);
@@ -28,7 +29,8 @@ from analysis.tables import to_markdown
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
 
-MATCH_S = 0.020          # a first token reaches the client at most this long after its step's log line
+MATCH_S = 0.100          # a first token reaches the client at most this long after its step's log line
+# (1-3 ms on an idle host; under load the API server may stream it tens of ms after logging the step)
 STREAM_BINS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 1 << 30)]
 QUEUE_BINS = [(0, 0), (1, 1), (2, 1 << 30)]
 
@@ -50,21 +52,38 @@ def split_ttft(run: RunRecord, steps: pd.DataFrame, match_s: float = MATCH_S) ->
     last = req["last_token_s"].fillna(np.inf).to_numpy(float)
     pre = steps[steps["ctx_requests"] > 0]
     t = pre["t_unix"].to_numpy(float) - t0
-    i = np.searchsorted(t, first, side="right") - 1
-    ok = (i >= 0) & (first - t[np.clip(i, 0, None)] <= match_s)
+    elapsed = pre["elapsed_s"].to_numpy(float)
+    j = match_forwards(send, first, t, t - elapsed, pre["ctx_requests"].to_numpy(int), match_s)
+    ok = j >= 0
     if not ok.any():
         raise ServetwinError(f"{run.path}: no first token within {match_s * 1000:g} ms of a logged prefill; "
                              "is the step log from the instance that served this run?")
-    j = i[ok]
-    elapsed = pre["elapsed_s"].to_numpy(float)[j]
-    end = t[j]
+    j = j[ok]
     return pd.DataFrame({"request_id": req["request_id"].to_numpy()[ok],
                          "streams": in_flight(send, first, last)[ok],
                          "queued_ahead": in_flight(send, send, first)[ok],
-                         "ttft_s": (first - send)[ok], "admission_s": (end - elapsed) - send[ok],
-                         "prefill_s": elapsed, "output_s": first[ok] - end,
+                         "ttft_s": (first - send)[ok], "admission_s": (t[j] - elapsed[j]) - send[ok],
+                         "prefill_s": elapsed[j], "output_s": first[ok] - t[j],
                          "prefill_requests": pre["ctx_requests"].to_numpy()[j],
                          "decoding": pre["gen_requests"].to_numpy()[j]})
+
+
+def match_forwards(send: np.ndarray, first: np.ndarray, end: np.ndarray, start: np.ndarray, room: np.ndarray,
+                   match_s: float) -> np.ndarray:
+    """For each request, the index of the logged prefill that produced its first token (-1: none): in order
+    of first tokens, the latest one logged at most ``match_s`` before the token, begun after the request was
+    sent, with room left (a forward prefills as many requests as it logged)."""
+    room = room.copy()
+    got = np.full(len(send), -1)
+    for i in np.argsort(first, kind="stable"):
+        k = int(np.searchsorted(end, first[i], side="right")) - 1
+        while k >= 0 and first[i] - end[k] <= match_s and start[k] >= send[i]:
+            if room[k] > 0:
+                room[k] -= 1
+                got[i] = k
+                break
+            k -= 1
+    return got
 
 
 def binned(rows: pd.DataFrame, column: str, bins: list[tuple[int, int]]) -> pd.DataFrame:
