@@ -13,24 +13,31 @@ forward's elapsed time as vLLM measured it (with chunked prefill, the chunk that
 no first token yet), the medians say which part grows with load: a twin that prices the forward right
 but misses the admission misses the front end, not the step.
 
-    python -m calibrate.vllm_admission RUN --steps STEP_LOG [RUN --steps STEP_LOG ...]
+With ``--profile`` the twin's own split of the same requests stands beside it (``twin_*``: the simulator's
+step log of the identical trace — its admission is the profile's ``request_s`` plus the wait for the step
+under way, its output the profile's output latency, none for vLLM unless measured).
+
+    python -m calibrate.vllm_admission RUN --steps STEP_LOG [RUN --steps STEP_LOG ...] [--profile PROFILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
+from calibrate.compare import twin
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
 
 MATCH_S = 0.100          # a first token reaches the client at most this long after its step's log line
 # (1-3 ms on an idle host; under load the API server may stream it tens of ms after logging the step)
+SLACK_S = 0.001          # a log line stamped this much after the token still counts (clocks, rounding)
 STREAM_BINS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 1 << 30)]
 QUEUE_BINS = [(0, 0), (1, 1), (2, 1 << 30)]
 
@@ -76,14 +83,44 @@ def match_forwards(send: np.ndarray, first: np.ndarray, end: np.ndarray, start: 
     room = room.copy()
     got = np.full(len(send), -1)
     for i in np.argsort(first, kind="stable"):
-        k = int(np.searchsorted(end, first[i], side="right")) - 1
-        while k >= 0 and first[i] - end[k] <= match_s and start[k] >= send[i]:
+        k = int(np.searchsorted(end, first[i] + SLACK_S, side="right")) - 1
+        while k >= 0 and first[i] - end[k] <= match_s and start[k] >= send[i] - SLACK_S:
             if room[k] > 0:
                 room[k] -= 1
                 got[i] = k
                 break
             k -= 1
     return got
+
+
+def with_twin(run: RunRecord, steps: pd.DataFrame, profile: str | None, model: str) -> pd.DataFrame:
+    """``split_ttft``, with the twin's split of the same requests beside it (``twin_*`` columns) when a
+    profile is given."""
+    live = split_ttft(run, steps)
+    if profile is None:
+        return live
+    tw = twin_split(run, profile, model).set_index("request_id").add_prefix("twin_")
+    return live.join(tw, on="request_id", how="inner")
+
+
+def twin_split(run: RunRecord, profile: str, model: str = "tiny-llama") -> pd.DataFrame:
+    """The same split for the run's simulated twin, from the simulator's own step log: per request, the
+    twin's admission (send → the start of the step that finished its prompt), that step, and the output
+    path (the step's end → its first token at the client: the profile's output latency)."""
+    log: list[dict[str, Any]] = []
+    sim = twin(run, profile, model, step_log=log)
+    last: dict[int, tuple[float, float]] = {}
+    for e in log:
+        for r in e.get("reqs", []):
+            if e.get("ev") == "run" and len(r) == 3:
+                last[int(r[0])] = (float(e["t0"]), float(e["t1"]))      # the chunk that ends its prompt
+    req = sim.requests.dropna(subset=["first_token_s"])
+    req = req[req["request_id"].astype(int).isin(list(last))]
+    t0 = np.array([last[int(i)][0] for i in req["request_id"]])
+    t1 = np.array([last[int(i)][1] for i in req["request_id"]])
+    send, first = req["send_s"].to_numpy(float), req["first_token_s"].to_numpy(float)
+    return pd.DataFrame({"request_id": req["request_id"].to_numpy(), "ttft_s": first - send,
+                         "admission_s": t0 - send, "prefill_s": t1 - t0, "output_s": first - t1})
 
 
 def binned(rows: pd.DataFrame, column: str, bins: list[tuple[int, int]]) -> pd.DataFrame:
@@ -96,6 +133,7 @@ def binned(rows: pd.DataFrame, column: str, bins: list[tuple[int, int]]) -> pd.D
         label = str(lo) if lo == hi else (f"{lo}+" if hi >= 1 << 30 else f"{lo}–{hi}")
         parts = ("ttft", "admission", "prefill", "output")
         medians = {f"{p}_ms": float(g[f"{p}_s"].median() * 1000) for p in parts}
+        medians |= {f"twin_{p}_ms": float(g[f"twin_{p}_s"].median() * 1000) for p in parts if f"twin_{p}_s" in g}
         out.append({column: label, "requests": len(g), **medians})
     return pd.DataFrame(out)
 
@@ -105,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", help="live run folders")
     ap.add_argument("--steps", action="append", required=True,
                     help="the step log of the instance that served each run (once per run, in order)")
+    ap.add_argument("--profile", help="a fitted hardware profile: add the twin's own split of the same requests")
+    ap.add_argument("--model", default="tiny-llama")
     a = ap.parse_args(argv)
     if len(a.steps) != len(a.runs):
         ap.error(f"{len(a.runs)} run(s) and {len(a.steps)} --steps: give each run the step log of its instance")
     try:
-        rows = pd.concat([split_ttft(read_run(r), read_steps(s)) for r, s in zip(a.runs, a.steps, strict=True)],
-                         ignore_index=True)
+        rows = pd.concat([with_twin(read_run(r), read_steps(s), a.profile, a.model)
+                          for r, s in zip(a.runs, a.steps, strict=True)], ignore_index=True)
     except ServetwinError as err:
         print(f"vllm admission: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.records import RunRecord
-from calibrate.vllm_admission import QUEUE_BINS, STREAM_BINS, binned, main, split_ttft
+from calibrate.vllm_admission import QUEUE_BINS, STREAM_BINS, binned, main, split_ttft, with_twin
 from live.local_engine import VllmCpu
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
@@ -86,3 +86,28 @@ def test_a_vllm_instance_with_a_step_log_logs_every_iteration_to_it(tmp_path: Pa
     plain = VllmCpu(Path("model"), port=8123, log_path=tmp_path / "vllm.log")
     assert "--enable-logging-iteration-details" not in plain.argv()
     assert plain.env().get("VLLM_LOGGING_CONFIG_PATH") == os.environ.get("VLLM_LOGGING_CONFIG_PATH")
+
+
+def test_a_simulated_run_read_through_its_own_step_log_splits_as_its_twin(tmp_path: Path):
+    """A simulated vLLM run whose step log is written out as vLLM logs its iterations: every request is
+    matched, and the live-side split equals the twin's own split of the same requests (the twin of a
+    simulation with the same profile is itself)."""
+    from calibrate.twin_study import scenario
+    from scenarios import compile_trace, scenario_from_dict
+    from simulator import simulate
+    trace = compile_trace(scenario_from_dict(scenario(0.5, 0.9, 20.0, 1)))
+    log: list[dict] = []
+    rec = simulate(trace, "vllm-v1", "cpu-base", "tiny-llama", {"block_size": 32}, context=8192, step_log=log)
+    rec.meta["run_window"]["start_unix"] = T0
+    lines = []
+    for k, e in enumerate(ev for ev in log if ev.get("ev") == "run"):
+        pre = [r for r in e["reqs"] if len(r) == 3]
+        lines.append(_line(e["t1"], k, len(pre), sum(r[1] for r in pre), len(e["reqs"]) - len(pre),
+                           (e["t1"] - e["t0"]) * 1000))
+    (tmp_path / "sim.steps").write_text("\n".join(lines) + "\n")
+    both = with_twin(rec, read_steps(tmp_path / "sim.steps"), "cpu-base", "tiny-llama")
+    assert len(both) == len(rec.requests.dropna(subset=["first_token_s"]))
+    for part in ("admission", "prefill", "output", "ttft"):
+        assert (both[f"{part}_s"] - both[f"twin_{part}_s"]).abs().max() < 2e-5      # µs stamps, 10-µs elapsed
+    assert (both["twin_output_s"].abs() < 1e-12).all()          # the profile gives vLLM no output latency
+    assert (both["twin_admission_s"] >= 0.0).all()
