@@ -19,6 +19,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="leave out SGLang's front-end and output-path latencies that its instances' step logs "
                          "measured (by default its twins have them and its probes are fitted with them: "
                          "calibrate.twin_steplog)")
+    ap.add_argument("--vllm-step-log", action="store_true",
+                    help="each vLLM instance also logs its iterations to OUT/logs/<config>.steps (vLLM's "
+                         "--enable-logging-iteration-details; split a run's TTFT with python -m "
+                         "calibrate.vllm_admission); off by default")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the report from what OUT recorded (twins, tables, figures) and start no engine: "
                          "an error naming what is missing if any probe or run is not recorded")

@@ -152,12 +152,15 @@ def probe_dirs(out: Path, family: str) -> list[Path]:
     return [d for d in dirs if (d / "run.json").is_file()]
 
 
-def engine(kind: str, opts: dict[str, Any], log: Path) -> VllmCpu:
+def engine(kind: str, opts: dict[str, Any], log: Path, vllm_steps: bool = False) -> VllmCpu:
+    """The configuration's local instance, logging to ``log``: SGLang's forwards always to ``<log>.steps.<pid>``
+    (calibrate.engine_steps); vLLM's iterations to ``<log>.steps`` with ``vllm_steps`` (calibrate.vllm_admission)."""
     model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
     if kind == "sglang":
         return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],
-                         log_path=log, step_log=log.with_suffix(".steps"))   # its forwards: calibrate.engine_steps
-    return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log)
+                         log_path=log, step_log=log.with_suffix(".steps"))
+    return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log,
+                   step_log=log.with_suffix(".steps") if vllm_steps else None)
 
 
 def pending_probe(out: Path, label: str) -> Path | None:
@@ -203,7 +206,8 @@ def require_recorded(out: Path, seeds: list[int], duration: float, cells: Cells 
                              "--report-only to record them (that starts the engines)")
 
 
-def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> bool:
+def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
+          vllm_steps: bool = False) -> bool:
     """Start this configuration's instance if it has anything to do: its probes (if probed and not yet),
     then — once ``cells()`` knows the cells — its calibration traces and study seeds. False when its runs
     are left for a later call because the cells were not known yet."""
@@ -212,7 +216,7 @@ def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Calla
     todo = pending_runs(out, label, known, seeds, duration) if known is not None else []
     if probe_to is None and not todo:
         return known is not None                 # nothing to run now: no engine start (its log is kept)
-    eng = engine(kind, opts, out / "logs" / f"{label}.log").start()
+    eng = engine(kind, opts, out / "logs" / f"{label}.log", vllm_steps).start()
     try:
         if probe_to is not None:
             probe(eng.url, "tiny-llama", probe_to, PROBED[label][1], str(eng.log_path))
@@ -237,10 +241,12 @@ def record_run(eng: VllmCpu, label: str, trace: Trace, dest: Path, root: Path) -
     print(f"  {dest.relative_to(root)}: {'passed' if rec.meta['passed'] else 'FAILED'}", file=sys.stderr)
 
 
-def run_engines(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None]) -> None:
+def run_engines(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
+                vllm_steps: bool = False) -> None:
     """Every configuration's probes and runs, one instance at a time in ``ORDER``; those whose cells were
-    not known while their instance ran are started again once they are."""
-    later = [label for label in ORDER if not serve(out, label, seeds, duration, cells)]
+    not known while their instance ran are started again once they are. ``vllm_steps``: each vLLM instance
+    also logs its iterations (``OUT/logs/<config>.steps``)."""
+    later = [label for label in ORDER if not serve(out, label, seeds, duration, cells, vllm_steps)]
     for label in later:
-        if not serve(out, label, seeds, duration, cells):
+        if not serve(out, label, seeds, duration, cells, vllm_steps):
             raise RuntimeError(f"{label}: the study's cells are still unknown after every probe")

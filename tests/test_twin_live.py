@@ -32,7 +32,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     events: list[tuple[str, ...]] = []
     labels = {id(v[1]): k for k, v in tl.CONFIGS.items()}
 
-    def engine(kind: str, opts: dict[str, Any], log: Path) -> FakeEngine:
+    def engine(kind: str, opts: dict[str, Any], log: Path, vllm_steps: bool = False) -> FakeEngine:
+        if vllm_steps:
+            events.append(("vllm steps", labels[id(opts)]))
         return FakeEngine(labels[id(opts)], events)
 
     def probe(url: str, model: str, dest: Path, plan: Any, log: str) -> None:
@@ -198,3 +200,28 @@ def test_report_only_starts_no_engine_and_names_what_is_missing(tmp_path: Path, 
     assert "1 probe or run record(s) missing (live/rate0.6-sigma0.9/sglang-lpm/seed-2)" in err
     assert "--report-only" in err and fake == []                 # nothing started
     assert tl.unrecorded(tmp_path, [1, 2, 3], tl.RUN_S, [(0.6, 0.9)]) == [run.parent]
+
+
+def test_vllm_instances_log_their_iterations_when_asked(tmp_path: Path, fake: list[tuple[str, ...]],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--vllm-step-log``: every instance is asked for it, and a vLLM instance then runs with
+    --enable-logging-iteration-details and its step log beside its log; without it, no vLLM step log.
+    SGLang's scheduler step log is on either way."""
+    import argparse
+
+    from calibrate.twin_args import add_arguments
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    assert ap.parse_args(["--vllm-step-log"]).vllm_step_log and not ap.parse_args([]).vllm_step_log
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9]]}))
+    tl.run_engines(tmp_path, [1], 45.0, ts.study_cells(tmp_path, quick=False, rate=None), vllm_steps=True)
+    assert [e[1] for e in fake if e[0] == "vllm steps"] == list(tl.ORDER)
+    monkeypatch.undo()                                      # the real engine(), on a stand-in model folder
+    monkeypatch.setattr(tl, "tiny_model", lambda path: tmp_path / "model")
+    log = tmp_path / "logs" / "vllm-c512.log"
+    on = tl.engine("vllm", tl.CONFIGS["vllm-c512"][1], log, vllm_steps=True)
+    assert on.step_log == tmp_path / "logs" / "vllm-c512.steps" and "--enable-logging-iteration-details" in on.argv()
+    off = tl.engine("vllm", tl.CONFIGS["vllm-c512"][1], log)
+    assert off.step_log is None and "--enable-logging-iteration-details" not in off.argv()
+    sgl = tl.engine("sglang", tl.CONFIGS["sglang-lpm"][1], tmp_path / "logs" / "sglang-lpm.log")
+    assert sgl.step_log == tmp_path / "logs" / "sglang-lpm.steps"
