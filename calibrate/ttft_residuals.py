@@ -22,11 +22,16 @@ from scenarios.errors import ServetwinError
 CAP = 3          # concurrency bins 0, 1, 2 and 3 or more
 
 
+def in_flight(send: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each send time, how many requests were inside [start, end) of their own (a request's own
+    interval never contains its send)."""
+    return np.array([int(((start < t) & (end > t)).sum()) for t in send])
+
+
 def in_flight_at_send(req: pd.DataFrame) -> np.ndarray:
     """For each request, how many other requests were sent before it and had not finished."""
     send, end = req["send_s"].to_numpy(float), req["last_token_s"].to_numpy(float)
-    end = np.where(np.isnan(end), np.inf, end)
-    return np.array([int(((send < t) & (end > t)).sum()) for t in send])
+    return in_flight(send, send, np.where(np.isnan(end), np.inf, end))
 
 
 def residuals(live: RunRecord, sim: RunRecord) -> pd.DataFrame:

@@ -32,6 +32,7 @@ import pandas as pd
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import twin
+from calibrate.ttft_residuals import in_flight
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
 
@@ -40,12 +41,6 @@ MATCH_S = 0.100          # a first token reaches the client at most this long af
 SLACK_S = 0.001          # a log line stamped this much after the token still counts (clocks, rounding)
 STREAM_BINS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 1 << 30)]
 QUEUE_BINS = [(0, 0), (1, 1), (2, 1 << 30)]
-
-
-def in_flight(send: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each send time, how many requests were inside [start, end) of their own (a request's own
-    interval never contains its send)."""
-    return np.array([int(((start < t) & (end > t)).sum()) for t in send])
 
 
 def split_ttft(run: RunRecord, steps: pd.DataFrame, match_s: float = MATCH_S) -> pd.DataFrame:
