@@ -19,6 +19,7 @@ from analysis.tables import phi_interval
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
+from simulator.profiles import HardwareProfile
 from simulator.simulate import simulate
 
 METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "throughput", "kv_peak", "prefix_hit_fraction", "pace")
@@ -62,7 +63,7 @@ def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return ("vllm-0.6.3" if v0 else "vllm-v1"), over
 
 
-def twin(live: RunRecord, hardware: str, model: str, record_tokens: bool = False,
+def twin(live: RunRecord, hardware: str | HardwareProfile, model: str, record_tokens: bool = False,
          step_log: list[dict[str, Any]] | None = None) -> RunRecord:
     """Simulate the live run's trace with its resolved configuration (with per-token times and a step log
     if asked)."""

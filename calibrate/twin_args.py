@@ -16,9 +16,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="leave the client at normal priority (by default it runs at SCHED_FIFO where permitted: "
                          "the engines share its 2 CPUs)")
     ap.add_argument("--no-path-latencies", dest="path_latencies", action="store_false",
-                    help="leave out SGLang's front-end and output-path latencies that its instances' step logs "
-                         "measured (by default its twins have them and its probes are fitted with them: "
-                         "calibrate.twin_steplog)")
+                    help="leave out the engines' own latencies that their instances' step logs measured: "
+                         "SGLang's front end and output path (by default its twins have them and its probes are "
+                         "fitted with them), and a vLLM instance's front-end loop with --vllm-step-log "
+                         "(calibrate.twin_steplog, calibrate.vllm_front_end)")
     ap.add_argument("--vllm-step-log", action="store_true",
                     help="each vLLM instance also logs its iterations to OUT/logs/<config>.steps (vLLM's "
                          "--enable-logging-iteration-details; split a run's TTFT with python -m "

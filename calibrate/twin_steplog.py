@@ -1,5 +1,6 @@
-"""What an engine instance's runs measure for the twin study beyond its decode scale: its prefill scale and
-(from an SGLang step log, calibrate/step_log.py) its latencies outside the forwards.
+"""What an engine instance's runs measure for the twin study beyond its decode scale: its prefill scale,
+(from an SGLang step log, calibrate/step_log.py) its latencies outside the forwards, and (from a vLLM step
+log, ``--vllm-step-log``) its front-end loop (``with_front_end``: calibrate.vllm_front_end).
 
 **Prefill scale.** An SGLang instance's forwards with prefill ran 1.00–1.07× their probe-fitted price on the
 calibration traces of `twin-o`'s three SGLang instances and 0.97–1.40× (Σ measured / Σ priced) in their
@@ -37,6 +38,8 @@ from calibrate.engine_steps import prefill_scale, sglang_cost
 from calibrate.lone_prefill import lone_prefill_scale
 from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
 from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dirs
+from calibrate.vllm_front_end import fit_loop
+from live.vllm_steplog import read_steps
 from simulator.profiles import load_hardware
 
 MODEL = "tiny-llama"
@@ -74,7 +77,8 @@ def run_prefill_scale(out: Path, label: str, run_dir: Path, profile: str | Path)
             *found, "sglang", f"step log, forwards with prefill, Σ measured / Σ priced over {found[1]}")
     family = overhead_family(run)
     ovh = load_hardware(str(profile)).overhead(family)
-    lone = lone_prefill_scale(run, twin(run, str(profile), MODEL), ovh.request_s + ovh.deliver_s)
+    own = ovh.front_end_step_s + ovh.stream_chunk_s         # a lone stream's own wait on the front-end loop
+    lone = lone_prefill_scale(run, twin(run, str(profile), MODEL), ovh.request_s + ovh.deliver_s + own)
     return None if lone is None else PrefillScale(
         *lone, family, f"requests served alone, TTFT beyond the fixed latencies, median live / twin over {lone[1]}")
 
@@ -111,8 +115,36 @@ def fit_base(out: Path, family: str, base: str = "cpu-base") -> str:
                                str(calibration_dirs(out, KNEE_PROBES)[0].relative_to(out))))
 
 
+def vllm_step_log(out: Path, label: str) -> Path | None:
+    """The step log a vLLM instance of the study wrote (``--vllm-step-log``), or None."""
+    path = step_log(out, label)
+    return path if CONFIGS[label][0] == "vllm" and path.is_file() else None
+
+
+def with_front_end(out: Path, label: str, profile: Path) -> Path:
+    """A vLLM instance's base profile: ``profile`` (its family's probe fit) with the instance's front-end loop
+    — its time per step and the spacing of a step's streams — fitted on its calibration traces and step log
+    (``calibrate.vllm_front_end``), at ``OUT/profiles/front-end/<label>.yaml``; ``profile`` itself without a
+    step log or with too few requests. Its decode and prefill scales are then measured on top of it."""
+    log, cal = vllm_step_log(out, label), calibration_dirs(out, label)
+    if log is None or not cal:
+        return profile
+    steps = read_steps(log)
+    runs = [(read_run(d), steps) for d in cal]
+    fit = fit_loop(runs, str(profile), MODEL)
+    if fit is None:
+        return profile
+    basis = (f"{cal[0].parent.parent.relative_to(out)}: step log, time lost to missed forwards per busy "
+             f"request {fit.live_lost_s * 1000:.2f} ms live, {fit.twin_lost_s * 1000:.2f} ms twin "
+             f"({fit.idle} idle, {fit.busy} busy requests)")
+    return write_measured(profile, out / "profiles" / "front-end" / f"{label}.yaml", overhead_family(runs[0][0]),
+                          {"front_end_step_s": (fit.step_s, basis),
+                           "stream_chunk_s": (fit.chunk_s, f"{basis}; output path per stream position")})
+
+
 def with_own_latencies(out: Path, label: str, profile: Path) -> Path:
-    """The instance's profile with its own latencies (unchanged where none were measured)."""
+    """The instance's profile with its own latencies (unchanged where none were measured): SGLang's front
+    end and output path (a vLLM instance's front-end loop is in its base profile: ``with_front_end``)."""
     lat = instance_latencies(out, label)
     if lat is None:
         return profile

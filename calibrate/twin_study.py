@@ -76,7 +76,14 @@ from calibrate.twin_own_scale import (
     spread,
     tracking,
 )
-from calibrate.twin_steplog import PrefillScale, fit_base, with_own_latencies, with_prefill_scale
+from calibrate.twin_steplog import (
+    PrefillScale,
+    fit_base,
+    vllm_step_log,
+    with_front_end,
+    with_own_latencies,
+    with_prefill_scale,
+)
 from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
@@ -84,6 +91,7 @@ from paper_figures.figures import measured_vs_simulated
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
+from simulator.profiles import load_hardware
 
 OWN_SCALE_COLUMN = "met with each run's own scales (diagnostic, not held out)"
 TRACKING_COLUMN = "met by a tracking twin (the scales of the run its instance served before; held out)"
@@ -108,6 +116,8 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
     runs: Scaled = {"own-scale": [], "tracking": [], "other-seeds": []}
     for label in CONFIGS:
         fitted = family_profile(out, label)
+        if latencies:
+            fitted = with_front_end(out, label, fitted)
         profiles[label] = fitted
         got = calibration(out, label, fitted)
         if got is None:
@@ -131,8 +141,18 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
                      "streaming_counts": found.by_streams["streaming"].nunique(),
                      "ratio_range": f"{found.by_streams['ratio'].min():.2f}–{found.by_streams['ratio'].max():.2f}",
                      "study_runs (not used)": spread(mine),
-                     "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(cal_run.prefill, mine)})
+                     "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(cal_run.prefill, mine),
+                     "front-end loop, ms per step / between streams (vLLM: step log)":
+                         loop_text(profiles[label], cal_run)})
     return profiles, pd.DataFrame(rows), runs
+
+
+def loop_text(profile: Path, cal_run: RunScale) -> str:
+    """A vLLM instance's front-end loop as its profile has it: ms per step / ms between streams ('—': none)."""
+    ovh = load_hardware(str(profile)).overhead(overhead_family(cal_run.live))
+    if max(ovh.front_end_step_s, ovh.stream_chunk_s) <= 0:
+        return "—"
+    return f"{ovh.front_end_step_s * 1000:.2f} / {ovh.stream_chunk_s * 1000:.2f}"
 
 
 def calibration(out: Path, label: str, fitted: Path) -> tuple[RunScale, list[RunScale]] | None:
@@ -282,6 +302,8 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             "profiles fitted on probes only: every study seed is held out")
     if latencies:
         what += "; SGLang's front-end and output-path latencies as its step logs measured"
+        if any(vllm_step_log(out, label) for label in CONFIGS):
+            what += ", vLLM's front-end loop as its step logs measured"
     head = [f"Host CPU of the live runs: {host_cpus([r.meta for rs in lives.values() for r in rs])}\n",
             f"## Targets ({what})\n"]
     if not table.empty:

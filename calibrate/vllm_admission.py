@@ -35,6 +35,7 @@ from calibrate.compare import twin
 from calibrate.ttft_residuals import in_flight
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
+from simulator.profiles import HardwareProfile
 
 MATCH_S = 0.100          # a first token reaches the client at most this long after its step's log line
 # (1-3 ms on an idle host; under load the API server may stream it tens of ms after logging the step)
@@ -98,24 +99,31 @@ def with_twin(run: RunRecord, steps: pd.DataFrame, profile: str | None, model: s
     return live.join(tw, on="request_id", how="inner")
 
 
-def twin_split(run: RunRecord, profile: str, model: str = "tiny-llama") -> pd.DataFrame:
-    """The same split for the run's simulated twin, from the simulator's own step log: per request, the
-    twin's admission (send → the start of the step that finished its prompt), that step, and the output
-    path (the step's end → its first token at the client: the profile's output latency)."""
-    log: list[dict[str, Any]] = []
+def twin_split(run: RunRecord, profile: str | HardwareProfile, model: str = "tiny-llama",
+               log: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """The same split for the run's simulated twin, from the simulator's own step log (kept in ``log`` if
+    given): per request, the twin's admission (send → the start of the step that finished its prompt), that
+    step, the output path (the step's end → its first token at the client: the profile's output latency),
+    its send in the twin (a dependant's follows its predecessors' twins) and the number of steps its prompt
+    was prefilled in (``chunks``)."""
+    log = [] if log is None else log
     sim = twin(run, profile, model, step_log=log)
     last: dict[int, tuple[float, float]] = {}
+    chunks: dict[int, int] = {}
     for e in log:
         for r in e.get("reqs", []):
             if e.get("ev") == "run" and len(r) == 3:
                 last[int(r[0])] = (float(e["t0"]), float(e["t1"]))      # the chunk that ends its prompt
+                chunks[int(r[0])] = chunks.get(int(r[0]), 0) + 1
     req = sim.requests.dropna(subset=["first_token_s"])
     req = req[req["request_id"].astype(int).isin(list(last))]
-    t0 = np.array([last[int(i)][0] for i in req["request_id"]])
-    t1 = np.array([last[int(i)][1] for i in req["request_id"]])
+    ids = req["request_id"].astype(int).to_numpy()
+    t0 = np.array([last[i][0] for i in ids])
+    t1 = np.array([last[i][1] for i in ids])
     send, first = req["send_s"].to_numpy(float), req["first_token_s"].to_numpy(float)
-    return pd.DataFrame({"request_id": req["request_id"].to_numpy(), "ttft_s": first - send,
-                         "admission_s": t0 - send, "prefill_s": t1 - t0, "output_s": first - t1})
+    return pd.DataFrame({"request_id": req["request_id"].to_numpy(), "send_s": send, "ttft_s": first - send,
+                         "admission_s": t0 - send, "prefill_s": t1 - t0, "output_s": first - t1,
+                         "chunks": [chunks[i] for i in ids]})
 
 
 def binned(rows: pd.DataFrame, column: str, bins: list[tuple[int, int]]) -> pd.DataFrame:

@@ -165,3 +165,10 @@ class CostModel:
         output path: detokenizer, HTTP stream; 0 unless measured). Every token and the request's completion
         reach the client this much later; no step is longer."""
         return self.ovh.deliver_s
+
+    @property
+    def front_end_loop(self) -> tuple[float, float] | None:
+        """The front end's event loop as measured — its time on each step's outputs and the spacing of one
+        step's streams at the client (s) — or None: the front end is a fixed latency (simulator.front_end)."""
+        loop = (self.ovh.front_end_step_s, self.ovh.stream_chunk_s)
+        return loop if max(loop) > 0 else None

@@ -4,6 +4,9 @@ time → emit tokens, finish, free.
 A request reaches the scheduler ``CostModel.request_latency`` after it arrives (the front end's
 per-request latency, 0 unless fitted), and its tokens and completion reach the client
 ``CostModel.delivery_latency`` after the engine produced them (the output path, 0 unless measured).
+Where the front end is one event loop that also streams the tokens (``CostModel.front_end_loop``:
+``simulator.front_end``), a request is taken in after the requests ahead of it and the output work the
+loop does meanwhile, and each step's tokens reach the client one stream after another.
 Ties: SimPy orders events at the same simulated time by the order in which they were scheduled; a
 step's completion and an arrival at the same instant are therefore handled in scheduling order, and
 requests that become issuable during a step are seen by the next ``schedule()`` call. Client timeouts
@@ -23,6 +26,7 @@ from typing import Any
 import simpy
 
 from simulator.cost_model import CostModel
+from simulator.front_end import FrontEnd, Intake
 from simulator.request import Request
 from simulator.schedulers.base import Step
 from simulator.telemetry import Telemetry
@@ -53,16 +57,46 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._aborts: list[Request] = []
         self._front: set[int] = set()             # ids of requests still in the front end (request latency)
+        loop = cost.front_end_loop
+        self.front = None if loop is None else FrontEnd(cost.request_latency, *loop)
+        self._written: dict[int, float] = {}      # finished requests' last token: seconds after its step ended
         self.busy_s = 0.0
         env.process(self._loop())
 
     def submit(self, req: Request) -> None:
+        if self.front is not None:
+            self._front.add(id(req))
+            self.env.process(self._take_in(req, self.front.take_in(self.env.now)))
+            return
         lat = self.cost.request_latency
         if lat <= 0:
             self._admit(req)
             return
         self._front.add(id(req))
         self.env.timeout(lat).callbacks.append(lambda _e: self._admit(req))
+
+    def _take_in(self, req: Request, intake: Intake):  # type: ignore[no-untyped-def]
+        """Wait while the front end's loop takes the request in (output work may push it later)."""
+        while self.env.now < intake.done_at:
+            yield self.env.timeout(intake.done_at - self.env.now)
+        assert self.front is not None
+        self.front.handed_over(intake)
+        self._admit(req)
+
+    def _stream(self, step: Step) -> None:
+        """The front end's loop takes the step's outputs; its new tokens reach the client in batch order
+        (``simulator.front_end``)."""
+        assert self.front is not None
+        now = self.env.now
+        emitted = [r for r, _ in step.items if r.output_len and r.last_token_s == now and not r.error]
+        if not emitted:
+            return
+        done = self.front.stream(now)
+        for i, r in enumerate(emitted):
+            late = self.front.written_at(done, i) - now
+            r.delay_last_token(late)
+            if r.is_finished:
+                self._written[id(r)] = late
 
     def _admit(self, req: Request) -> None:
         self._front.discard(id(req))
@@ -74,11 +108,12 @@ class Replica:
     def _deliver(self, req: Request) -> None:
         """A finished request's tokens and completion reach the client after the output path's latency."""
         lat = self.cost.delivery_latency
-        if lat <= 0 or req.error:
+        wait = lat + self._written.pop(id(req), 0.0)
+        if wait <= 0 or req.error:
             self.on_finish(req)
             return
         req.delay_tokens(lat)
-        self.env.timeout(lat).callbacks.append(lambda _e: self.on_finish(req))
+        self.env.timeout(wait).callbacks.append(lambda _e: self.on_finish(req))
 
     def abort(self, req: Request) -> None:
         self._aborts.append(req)
@@ -133,11 +168,15 @@ class Replica:
                 self.step_log.append(event)
             self.busy_s += dur
             done = sched.complete(step, env.now, self.step_id)
+            if self.front is not None:
+                self._stream(step)
             self.step_id += 1
             c = sched.counters
             self.tel.sample(env.now, sched.kv_usage(), len(sched.waiting), len(sched.running),
                             c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens)
             if self.check_every and self.step_id % self.check_every == 0:
                 sched.check_integrity()
+                if self.front is not None:
+                    self.front.check_integrity()
             for r in done:
                 self._deliver(r)

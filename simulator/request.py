@@ -116,6 +116,11 @@ class Request:
         if self.token_times:
             self.token_times[:] = [t + by for t in self.token_times]
 
+    def delay_last_token(self, by: float) -> None:
+        """The token just emitted reached the client ``by`` seconds after its step ended (the front end
+        wrote the step's streams in turn: simulator.front_end)."""
+        self.restamp_last_token(self.last_token_s + by)
+
     def release_tokens(self) -> None:
         """Drop the token arrays once the request is done (only its scalars go into the record)."""
         self.prompt = np.zeros(0, dtype=np.int32)

@@ -92,6 +92,16 @@ def test_profile_without_source_refused(tmp_path: Path):
         load_hardware(str(bad))
 
 
+def test_an_unknown_overhead_is_refused_by_name(tmp_path: Path):
+    data = yaml.safe_load(Path(load_hardware("cpu-base").path).read_text())
+    data["cost"]["overheads"]["vllm-v1"]["front_end_token_x"] = {"value": 0.001, "basis": "measured", "source": "t"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"overheads\.vllm-v1: unknown overhead 'front_end_token_x'; accepted: .*"
+                                        "front_end_token_s"):
+        load_hardware(str(bad))
+
+
 def test_whole_sequence_extend_attention():
     """SGLang's torch_native backend (its CPU path) attends a chunk over the whole sequence: a prefix hit
     saves the linear layers' work but not the attention's."""

@@ -7,6 +7,7 @@ from the model's dimensions, never typed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,10 @@ class Overheads:
     #                          scheduler, first token back): it delays the request, it does not lengthen steps
     deliver_s: float = 0.0   # from the engine processing a step's results to the client reading its tokens
     #                          (detokenizer, HTTP stream): it delays every token and the request's dependants
+    front_end_step_s: float = 0.0  # the front end's event loop's time on each step's outputs, during which it
+    #                                takes no request in (simulator.front_end; 0 with stream_chunk_s 0: the
+    #                                front end is the fixed latency request_s)
+    stream_chunk_s: float = 0.0   # between consecutive streams of one step reaching the client (simulator.front_end)
     decode_scale: float = 1.0  # pure-decode steps of one engine instance under serving load vs its probes'
     #                            (measured on a calibration trace: ``calibrate.decode_load``; 1: as probed)
     decode_scale_lone: float | None = None  # the same for pure-decode steps of one request, where measured
@@ -173,6 +178,18 @@ def load_model(name_or_path: str) -> ModelProfile:
         raise SpecError(f"{where}: {err}") from None
 
 
+def _overheads(data: dict, where: str) -> Overheads:
+    vals = _values(data, where, ())
+    accepted = [f.name for f in dataclasses.fields(Overheads)]
+    unknown = sorted(set(vals) - set(accepted))
+    if unknown:
+        raise SpecError(f"{where}: unknown overhead {unknown[0]!r}; accepted: {', '.join(accepted)}")
+    try:
+        return Overheads(**vals)
+    except TypeError as err:
+        raise SpecError(f"{where}: {err}") from None
+
+
 def load_hardware(name_or_path: str) -> HardwareProfile:
     data, where = _load("hardware", name_or_path)
     cost = data.get("cost") or {}
@@ -181,8 +198,7 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
     device = str(data.get("device", "cuda"))
     if device not in ("cuda", "cpu"):
         raise SpecError(f"{where}: device {device!r}; accepted: cuda, cpu")
-    ovh = {fam: Overheads(**_values(o, f"{where} overheads.{fam}", ())) for fam, o in
-           (cost.get("overheads") or {}).items()}
+    ovh = {fam: _overheads(o, f"{where} overheads.{fam}") for fam, o in (cost.get("overheads") or {}).items()}
     try:
         return HardwareProfile(name=str(data["name"]), overheads=ovh, path=where, device=device, **vals, **cvals)
     except TypeError as err:
