@@ -98,7 +98,7 @@ def test_an_unknown_overhead_is_refused_by_name(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match=r"overheads\.vllm-v1: unknown overhead 'front_end_token_x'; accepted: .*"
-                                        "front_end_token_s"):
+                                        "stream_chunk_s"):
         load_hardware(str(bad))
 
 
