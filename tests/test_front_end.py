@@ -142,3 +142,14 @@ def test_a_study_puts_a_vllm_instances_measured_loop_in_its_base_profile(tmp_pat
     assert ovh.stream_chunk_s == pytest.approx(0.0004, abs=2e-5)
     write_run(rec, calibration_dir(out, "vllm-nochunk", "rate0.66-sigma0.9"))
     assert with_front_end(out, "vllm-nochunk", Path(profile)) == Path(profile)      # no step log
+
+
+def test_the_front_end_tool_prints_the_loop_and_refuses_a_missing_step_log(tmp_path, capsys):
+    from analysis.records import write_run
+    from calibrate.vllm_front_end import main
+    rec, _, profile = _instance_run(tmp_path, 0.0015, 0.0004)
+    write_run(rec, tmp_path / "run")
+    assert main([str(tmp_path / "run"), "--steps", str(tmp_path / "i.steps"), "--profile", profile]) == 0
+    assert capsys.readouterr().out.startswith("front_end_step_s 1.50 ms, stream_chunk_s 0.40 ms")
+    assert main([str(tmp_path / "run"), "--steps", str(tmp_path / "none.steps"), "--profile", profile]) != 0
+    assert "no vLLM step log" in capsys.readouterr().err
