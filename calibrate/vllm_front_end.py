@@ -28,7 +28,6 @@ forward are left out on both sides (their last chunk is not the first forward th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any, NamedTuple
 
@@ -37,6 +36,7 @@ import pandas as pd
 
 from analysis.records import RunRecord, read_run
 from calibrate.decode_load import overhead_family
+from calibrate.fit import with_params
 from calibrate.vllm_admission import SLACK_S, split_ttft, twin_split
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
@@ -53,11 +53,6 @@ class FrontEndFit(NamedTuple):
     twin_lost_s: float   # the twin's, with step_s and chunk_s
     idle: int            # requests sent to an idle engine, over the traces
     busy: int            # the others
-
-
-def with_loop(hw: HardwareProfile, family: str, step_s: float, chunk_s: float) -> HardwareProfile:
-    ovh = dataclasses.replace(hw.overhead(family), front_end_step_s=step_s, stream_chunk_s=chunk_s)
-    return dataclasses.replace(hw, overheads={**hw.overheads, family: ovh})
 
 
 def chunk_spacing(rows: pd.DataFrame) -> float:
@@ -130,7 +125,8 @@ def fit_loop(runs: list[tuple[RunRecord, pd.DataFrame]], profile: str, model: st
     chunk_s = round(chunk_spacing(live), 6)
     best: FrontEndFit | None = None
     for step_s in grid:
-        tw, tw_starts = twin_rows(runs, with_loop(hw, family, step_s, chunk_s), model)
+        tw, tw_starts = twin_rows(runs, with_params(hw, family, {"front_end_step_s": step_s,
+                                                                        "stream_chunk_s": chunk_s}), model)
         both = live.merge(tw[["run", "request_id", "send_s", "admission_s", "chunks"]], on=["run", "request_id"],
                           suffixes=("", "_twin"))
         both = both[both["chunks"] == 1]

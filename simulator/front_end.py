@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Intake:
     """One request's input processing on the loop: ``done_at`` moves later while output work preempts it."""
 

@@ -61,3 +61,23 @@ def assert_dependants_sent_when_ready(trace: Trace, requests) -> None:  # type: 
         if len(preds):
             ready = requests.loc[preds, "last_token_s"].max() + trace.arrays["delay_s"][i]
             assert abs(requests.loc[i, "send_s"] - ready) < 1e-9, (i, requests.loc[i, "send_s"], ready)
+
+
+VLLM_T0 = 1.8e9          # the Unix time a simulated "live" vLLM run starts at in these tests
+
+
+def vllm_line(t: float, i: int, ctx: int, ctx_tokens: int, gen: int, ms: float) -> str:
+    """One iteration line as vLLM's stat logger writes it to a step log (``live.vllm_steplog``)."""
+    return (f"{VLLM_T0 + t:.6f} 4242 Engine 000: Iteration({i}): {ctx} context requests, {ctx_tokens} context tokens, "
+            f"{gen} generation requests, {gen} generation tokens, iteration elapsed time: {ms:.2f} ms, "
+            "CPU KV cache usage: 0.4%")
+
+
+def vllm_step_log(log: list, lag_s: float = 0.0) -> str:
+    """A simulator step log written as vLLM logs its iterations, each line ``lag_s`` after its step ended."""
+    lines = []
+    for k, e in enumerate(ev for ev in log if ev.get("ev") == "run"):
+        pre = [r for r in e["reqs"] if len(r) == 3]
+        lines.append(vllm_line(e["t1"] + lag_s, k, len(pre), sum(r[1] for r in pre), len(e["reqs"]) - len(pre),
+                               (e["t1"] - e["t0"]) * 1000))
+    return "\n".join(lines) + "\n"

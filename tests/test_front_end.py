@@ -4,19 +4,15 @@ than one sent to an idle engine, and a step's tokens reach the client in turn.""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
+from calibrate.fit import with_params
 from simulator import simulate
 from simulator.front_end import FrontEnd
-from simulator.profiles import HardwareProfile, load_hardware
-from tests.helpers import assert_dependants_sent_when_ready
-
-
-def _with(hw: HardwareProfile, family: str, **ovh: float) -> HardwareProfile:
-    return dataclasses.replace(hw, overheads={**hw.overheads, family: dataclasses.replace(hw.overhead(family), **ovh)})
+from simulator.profiles import load_hardware
+from tests.helpers import VLLM_T0, assert_dependants_sent_when_ready, vllm_step_log
 
 
 def test_requests_are_taken_in_one_after_another_behind_the_loops_output_work():
@@ -46,8 +42,8 @@ def test_a_busy_front_end_delays_admissions_and_streams_tokens_in_turn(small_tra
     token's wait on the loop; overall TTFTs are longer with the loop, every dependant is still sent when its
     predecessors' last tokens reach the client, and the run repeats exactly."""
     hw = load_hardware("l4")
-    lat = _with(hw, "vllm-v1", request_s=0.005)
-    loop = _with(hw, "vllm-v1", request_s=0.005, front_end_step_s=0.002, stream_chunk_s=0.0003)
+    lat = with_params(hw, "vllm-v1", {"request_s": 0.005})
+    loop = with_params(hw, "vllm-v1", {"request_s": 0.005, "front_end_step_s": 0.002, "stream_chunk_s": 0.0003})
     base = simulate(small_trace, "vllm-v1", lat).requests.set_index("request_id")
     busy = simulate(small_trace, "vllm-v1", loop, check_every=1).requests.set_index("request_id")
     assert busy["ok"].all()
@@ -58,11 +54,6 @@ def test_a_busy_front_end_delays_admissions_and_streams_tokens_in_turn(small_tra
     assert ttft(busy).median() > ttft(base).median()
     again = simulate(small_trace, "vllm-v1", loop).requests.set_index("request_id")
     assert busy.equals(again)
-
-
-def _vllm_line(t: float, i: int, ctx: int, ctx_tokens: int, gen: int, ms: float) -> str:
-    return (f"{1.8e9 + t:.6f} 4242 Engine 000: Iteration({i}): {ctx} context requests, {ctx_tokens} context "
-            f"tokens, {gen} generation requests, {gen} generation tokens, iteration elapsed time: {ms:.2f} ms")
 
 
 def _instance_run(tmp_path, step_s: float, chunk_s: float):  # type: ignore[no-untyped-def]
@@ -77,15 +68,10 @@ def _instance_run(tmp_path, step_s: float, chunk_s: float):  # type: ignore[no-u
                              {"request_s": (0.006, "test")})
     trace = compile_trace(scenario_from_dict(scenario(0.66, 0.9, 30.0, 0)))
     log: list = []
-    hw = _with(load_hardware(str(profile)), "vllm-v1", front_end_step_s=step_s, stream_chunk_s=chunk_s)
+    hw = with_params(load_hardware(str(profile)), "vllm-v1", {"front_end_step_s": step_s, "stream_chunk_s": chunk_s})
     rec = simulate(trace, "vllm-v1", hw, "tiny-llama", {"block_size": 32}, context=8192, step_log=log)
-    rec.meta["run_window"]["start_unix"] = 1.8e9
-    lines = []
-    for k, e in enumerate(ev for ev in log if ev.get("ev") == "run"):
-        pre = [r for r in e["reqs"] if len(r) == 3]
-        lines.append(_vllm_line(e["t1"] + step_s, k, len(pre), sum(r[1] for r in pre), len(e["reqs"]) - len(pre),
-                                (e["t1"] - e["t0"]) * 1000))
-    (tmp_path / "i.steps").write_text("\n".join(lines) + "\n")
+    rec.meta["run_window"]["start_unix"] = VLLM_T0
+    (tmp_path / "i.steps").write_text(vllm_step_log(log, lag_s=step_s))
     return rec, read_steps(tmp_path / "i.steps"), str(profile)
 
 

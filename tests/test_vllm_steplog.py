@@ -15,22 +15,16 @@ from calibrate.vllm_admission import QUEUE_BINS, STREAM_BINS, binned, main, spli
 from live.local_engine import VllmCpu
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
-
-T0 = 1_800_000_000.0
-
-
-def _line(t: float, i: int, ctx: int, ctx_tokens: int, gen: int, ms: float) -> str:
-    return (f"{T0 + t:.6f} 4242 Engine 000: Iteration({i}): {ctx} context requests, {ctx_tokens} context tokens, "
-            f"{gen} generation requests, {gen} generation tokens, iteration elapsed time: {ms:.2f} ms, "
-            "CPU KV cache usage: 0.4%")
+from tests.helpers import VLLM_T0, vllm_line, vllm_step_log
 
 
 def _steps(tmp_path: Path) -> Path:
     """Three prefill forwards (at 60, 170 and 230 ms into the run) and two decode steps between them."""
     path = tmp_path / "vllm.steps"
     path.write_text("\n".join([
-        "INFO something else the stat logger said", _line(0.060, 0, 1, 224, 0, 40.0), _line(0.105, 1, 0, 0, 1, 4.0),
-        _line(0.110, 2, 0, 0, 1, 4.0), _line(0.170, 3, 1, 224, 1, 40.0), _line(0.230, 4, 1, 224, 2, 45.0)]) + "\n")
+        "INFO something else the stat logger said", vllm_line(0.060, 0, 1, 224, 0, 40.0),
+        vllm_line(0.105, 1, 0, 0, 1, 4.0), vllm_line(0.110, 2, 0, 0, 1, 4.0), vllm_line(0.170, 3, 1, 224, 1, 40.0),
+        vllm_line(0.230, 4, 1, 224, 2, 45.0)]) + "\n")
     return path
 
 
@@ -41,7 +35,7 @@ def _run() -> RunRecord:
     req = pd.DataFrame({"request_id": [0, 1, 2, 3, 4], "send_s": [0.0, 0.100, 0.101, 0.45, 0.15],
                         "first_token_s": [0.0615, 0.172, 0.2315, 0.5, 0.174],
                         "last_token_s": [0.2, 0.3, 0.35, 0.6, 0.31]})
-    return RunRecord(meta={"run_window": {"start_unix": T0}}, requests=req)
+    return RunRecord(meta={"run_window": {"start_unix": VLLM_T0}}, requests=req)
 
 
 def test_the_step_log_is_read_and_each_ttft_split_into_its_parts(tmp_path: Path):
@@ -68,7 +62,7 @@ def test_a_step_log_that_does_not_fit_the_run_is_refused(tmp_path: Path, capsys)
     with pytest.raises(ServetwinError, match="enable-logging-iteration-details"):
         read_steps(tmp_path / "plain.log")
     later = _run()
-    later.meta["run_window"]["start_unix"] = T0 + 3600.0        # another instance's hour
+    later.meta["run_window"]["start_unix"] = VLLM_T0 + 3600.0        # another instance's hour
     with pytest.raises(ServetwinError, match="no first token within 100 ms"):
         split_ttft(later, read_steps(_steps(tmp_path)))
     with pytest.raises(SystemExit):                              # each run needs its own --steps
@@ -98,13 +92,8 @@ def test_a_simulated_run_read_through_its_own_step_log_splits_as_its_twin(tmp_pa
     trace = compile_trace(scenario_from_dict(scenario(0.5, 0.9, 20.0, 1)))
     log: list[dict] = []
     rec = simulate(trace, "vllm-v1", "cpu-base", "tiny-llama", {"block_size": 32}, context=8192, step_log=log)
-    rec.meta["run_window"]["start_unix"] = T0
-    lines = []
-    for k, e in enumerate(ev for ev in log if ev.get("ev") == "run"):
-        pre = [r for r in e["reqs"] if len(r) == 3]
-        lines.append(_line(e["t1"], k, len(pre), sum(r[1] for r in pre), len(e["reqs"]) - len(pre),
-                           (e["t1"] - e["t0"]) * 1000))
-    (tmp_path / "sim.steps").write_text("\n".join(lines) + "\n")
+    rec.meta["run_window"]["start_unix"] = VLLM_T0
+    (tmp_path / "sim.steps").write_text(vllm_step_log(log))
     both = with_twin(rec, read_steps(tmp_path / "sim.steps"), "cpu-base", "tiny-llama")
     assert len(both) == len(rec.requests.dropna(subset=["first_token_s"]))
     for part in ("admission", "prefill", "output", "ttft"):
