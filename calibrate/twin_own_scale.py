@@ -1,4 +1,4 @@
-"""Three more ways of scaling the twin study's decode and prefill steps, beside the calibration trace's:
+"""Four more ways of scaling the twin study's decode and prefill steps, beside the calibration trace's:
 every live run against a twin scaled by that run's *own* speeds (a diagnostic), by the speeds its instance
 showed in the run it served just before (a tracking twin, held out in time), and by the speeds its
 instance showed over its calibration trace and its runs of the *other* seeds (a cross-validated twin,
@@ -28,6 +28,12 @@ study run of another seed (weighted by the gaps or forwards each measured over, 
 run's own trace, and every run of its seed, stay out of its twin: the "leave one seed out" of a
 cross-validation. It uses runs the instance served after the one it predicts — a twin fitted on the
 whole study but the seed under test, not one that could run ahead of the engine.
+
+The engine-pooled twin (``engine_pooled``) scales every run of an engine by the calibration traces of *all*
+its instances in the study, pooled: the same seed-0 traces the held-out twin uses, three to five times as
+many of them. Where a run's speed is mostly its own noise, a scale over more traces predicts it better than
+its own instance's 30 s do (``calibrate.scale_drift``: "the family's calibration traces"), at the price of
+whatever speed is the instance's own.
 """
 
 from __future__ import annotations
@@ -151,6 +157,18 @@ def other_seeds(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
         got.append(RunScale(r.path, r.live, r.fitted, pooled_decode(dec) if dec else None, what,
                             pooled_prefill(pre) if pre else None, what))
     return got
+
+
+def engine_pooled(traces: list[RunScale], engine: str) -> tuple[DecodeScale, PrefillScale | None, str]:
+    """The decode and prefill scales of ``traces`` — the calibration traces of every instance of one engine
+    in the study — pooled as one (``pooled_decode``, ``pooled_prefill``; traces that measured none left
+    out), and what they were measured on. Only seed 0 enters, so every study seed stays held out."""
+    dec = [t.scale for t in traces if t.scale is not None]
+    pre = [t.prefill for t in traces if t.prefill is not None]
+    if not dec:
+        raise ServetwinError(f"{engine}: none of its {len(traces)} calibration traces measured a decode scale")
+    what = f"the calibration traces of every {engine} instance of the study ({len(traces)} traces) pooled"
+    return pooled_decode(dec), (pooled_prefill(pre) if pre else None), what
 
 
 def source_text(source: Path | str | None, run: Path, out: Path) -> str:

@@ -37,6 +37,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -67,6 +68,7 @@ from calibrate.twin_live import (
 )
 from calibrate.twin_own_scale import (
     RunScale,
+    engine_pooled,
     measure_run,
     measure_runs,
     other_seeds,
@@ -94,6 +96,8 @@ from simulator.capacity import capacity_search
 from simulator.profiles import load_hardware
 
 OWN_SCALE_COLUMN = "met with each run's own scales (diagnostic, not held out)"
+POOLED_COLUMN = ("met by an engine-pooled twin (every instance scaled by the calibration traces of all its "
+                 "engine's instances, pooled; held out)")
 TRACKING_COLUMN = "met by a tracking twin (the scales of the run its instance served before; held out)"
 CROSS_COLUMN = ("met by a cross-validated twin (the scales of the instance's calibration traces and runs of the "
                 "other seeds; held out by seed)")
@@ -106,7 +110,15 @@ def family_profile(out: Path, label: str) -> Path:
 Scaled = dict[str, list[RunScale]]
 
 
-def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Path], pd.DataFrame, Scaled]:
+@dataclass
+class Calibrated:
+    profiles: dict[str, Path]          # each configuration's held-out profile (its instance's calibration traces)
+    scales: pd.DataFrame               # the calibration table of the report
+    runs: Scaled                       # every study run with the scales of the twins beside it
+    pooled: dict[str, Path]            # each calibrated configuration's engine-pooled profile
+
+
+def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
     """Each configuration's profile: its family's probe fit with the decode and prefill scales its
     instance's calibration traces measured, pooled (the probe fit alone where no calibration run exists);
     the table of those scales; and every study run with its own scale (``own-scale``, a diagnostic), with
@@ -114,6 +126,8 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
     calibration traces and runs of the other seeds (``other-seeds``; ``calibrate.twin_own_scale``)."""
     profiles, rows = {}, []
     runs: Scaled = {"own-scale": [], "tracking": [], "other-seeds": []}
+    calibrated: dict[str, tuple[Path, RunScale]] = {}
+    traces_of: dict[str, list[RunScale]] = {}
     for label in CONFIGS:
         fitted = family_profile(out, label)
         if latencies:
@@ -123,17 +137,15 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
         if got is None:
             continue
         cal_run, traces = got
-        dest = out / "profiles" / f"{label}.yaml"
-        assert cal_run.scale is not None          # calibration() raises where no trace measured one
-        source = source_text(cal_run.source, cal_run.path, out)
-        scaled = write_scaled(fitted, dest, overhead_family(cal_run.live), cal_run.scale, source)
-        scaled = with_prefill_scale(scaled, cal_run.prefill, source)
-        profiles[label] = with_own_latencies(out, label, scaled) if latencies else scaled
+        calibrated[label] = (fitted, cal_run)
+        traces_of.setdefault(CONFIGS[label][0], []).extend(traces)
+        profiles[label] = scaled_profile(out, label, cal_run, out / "profiles" / f"{label}.yaml", latencies)
         mine = measure_runs(out, label, fitted)
         runs["own-scale"] += mine
         runs["tracking"] += tracking(cal_run, mine)
         runs["other-seeds"] += other_seeds(cal_run, mine)
         found = cal_run.scale
+        assert found is not None          # calibration() raises where no trace measured one
         rows.append({"config": label, "decode_scale": found.scale, "decode_gaps": found.gaps,
                      "by trace (served order)": " / ".join(
                          "—" if t.scale is None else f"{t.scale.scale:.2f} ({t.scale.gaps})" for t in traces),
@@ -144,7 +156,28 @@ def calibrate_instances(out: Path, latencies: bool = True) -> tuple[dict[str, Pa
                      "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(cal_run.prefill, mine),
                      "front-end loop, ms per step / between streams (vLLM: step log)":
                          loop_text(profiles[label], cal_run)})
-    return profiles, pd.DataFrame(rows), runs
+    pooled = {label: pooled_profile(out, label, fitted, cal_run, traces_of[CONFIGS[label][0]], latencies)
+              for label, (fitted, cal_run) in calibrated.items()}
+    return Calibrated(profiles, pd.DataFrame(rows), runs, pooled)
+
+
+def scaled_profile(out: Path, label: str, run: RunScale, dest: Path, latencies: bool) -> Path:
+    """The instance's profile: its base (``run.fitted``) with the decode and prefill scales ``run`` carries
+    and, with ``latencies``, its own measured latencies (``with_own_latencies``), at ``dest``."""
+    assert run.scale is not None          # calibration() and engine_pooled() raise where no trace measured one
+    source = source_text(run.source, run.path, out)
+    scaled = write_scaled(run.fitted, dest, overhead_family(run.live), run.scale, source)
+    scaled = with_prefill_scale(scaled, run.prefill, source)
+    return with_own_latencies(out, label, scaled) if latencies else scaled
+
+
+def pooled_profile(out: Path, label: str, fitted: Path, cal_run: RunScale, traces: list[RunScale],
+                   latencies: bool) -> Path:
+    """The instance's profile with its engine's calibration traces pooled (``engine_pooled``) in place of its
+    own: the engine-pooled twin's, at ``OUT/profiles/engine-pooled/<label>.yaml``."""
+    scale, prefill, what = engine_pooled(traces, CONFIGS[label][0])
+    run = RunScale(cal_run.path, cal_run.live, fitted, scale, what, prefill, what)
+    return scaled_profile(out, label, run, out / "profiles" / "engine-pooled" / f"{label}.yaml", latencies)
 
 
 def loop_text(profile: Path, cal_run: RunScale) -> str:
@@ -285,7 +318,8 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
     counts and, for each repeat study given, the counts its live runs reach against this study's), then
     per cell the client, keeps-pace, per-configuration, gap and φ tables."""
-    profiles, scales, runs = calibrate_instances(out, latencies)
+    cal = calibrate_instances(out, latencies)
+    profiles, scales, runs = cal.profiles, cal.scales, cal.runs
     cells = [cell(r, s) for r, s in conditions]
     lives = {cond: [read_run(p) for p in find_runs([out / "live" / cond])] for cond in cells}
     parts: list[str] = []
@@ -317,6 +351,10 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             by[TRACKING_COLUMN] = met_counts(tracked)["met"].reindex(by.index)
             crossed = scaled_checks(out, conditions, runs["other-seeds"], "other-seeds")
             by[CROSS_COLUMN] = met_counts(crossed)["met"].reindex(by.index)
+            pooled = pd.concat([cell_tables(out, cond, lives[cond], {**probe_only, **cal.pooled},
+                                            out / "sim-engine-pooled", figures=False)[1] for cond in lives],
+                               ignore_index=True)
+            by[POOLED_COLUMN] = met_counts(pooled)["met"].reindex(by.index)
             by[OWN_SCALE_COLUMN] = met_counts(scaled_checks(out, conditions, runs["own-scale"], "own-scale"))[
                 "met"].reindex(by.index)
             tracking_part = ["## The tracking twin's per-engine checks (each run's decode steps scaled by the run "

@@ -247,12 +247,13 @@ def test_a_gap_at_parity_is_a_side_of_its_own():
 
 
 def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, drift: float | None = None,
-                second_calibration: float | None = None) -> None:
+                second_calibration: float | None = None, calibrated_apart: dict[str, float] | None = None) -> None:
     """A study folder whose "live" runs are simulations with the cpu-base profiles (their decode steps
     scaled by ``decode_scale``; the study seeds' by ``drift`` where given, as an instance that slows after
     its calibration): calibration traces (seed 0) and seeds 1–2 of one cell, every configuration (and, with
     ``second_calibration``, a calibration trace of a second cell, σ = 0.5, its decode steps scaled so and
-    served first); ``profiles/`` holds the unscaled profiles the report fits against."""
+    served first; with ``calibrated_apart``, the calibration traces of the configurations it names scaled
+    by its value instead); ``profiles/`` holds the unscaled profiles the report fits against."""
     import shutil
 
     import yaml
@@ -279,9 +280,11 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
         runs.insert(0, (second_calibration, 0.5, 0, -100.0,
                         lambda label: calibration_dir(root, label, "rate0.4-sigma0.5")))
     for scale, sharing, seed, when, where in runs:
-        profile = served(f"{sharing:g}-{seed}", scale)
+        shared = served(f"{sharing:g}-{seed}", scale)
         trace = compile_trace(scenario_from_dict(scenario(0.4, sharing, duration, seed)))
         for label, (kind, opts) in CONFIGS.items():
+            apart = (calibrated_apart or {}).get(label) if seed == 0 else None
+            profile = served(f"{sharing:g}-{seed}-{label}", apart) if apart is not None else shared
             if kind == "vllm":
                 over = {"block_size": 32, "enable_chunked_prefill": opts["chunked_prefill"] is not None,
                         **({"max_num_batched_tokens": opts["chunked_prefill"]} if opts["chunked_prefill"] else {})}
@@ -295,6 +298,34 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
             rec.meta["run_window"]["start_unix"] = 1.8e9 + when      # served in seed order
             rec.meta["host"] = {"cpu": {"model_name": "Example Xeon", "isa": ["avx2", "avx512f"]}} if seed == 2 else {}
             write_run(rec, where(label))
+
+
+def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_calibration_traces(tmp_path: Path):
+    """vLLM 512's instance calibrates 1.5× slower than the others, whose runs and traces are all at the
+    profile: its held-out profile carries 1.5 and vLLM unchunked's 1.0, while both engine-pooled profiles
+    carry one scale — the two instances' traces pooled, weighted by their decode gaps — naming its source;
+    SGLang's stay at 1.0, and the report counts the engine-pooled twin's checks."""
+    import yaml
+
+    from calibrate.twin_study import POOLED_COLUMN, calibrate_instances, summarise
+    _fake_study(tmp_path, calibrated_apart={"vllm-c512": 1.5})
+    cal = calibrate_instances(tmp_path)
+    table = cal.scales.set_index("config")
+
+    def scale(path: Path) -> dict:
+        return yaml.safe_load(path.read_text())["cost"]["overheads"]["vllm-v1"]["decode_scale"]
+    assert scale(cal.profiles["vllm-c512"])["value"] == pytest.approx(1.5, abs=0.03)
+    assert scale(cal.profiles["vllm-nochunk"])["value"] == pytest.approx(1.0, abs=0.03)
+    gaps, got = table.loc[["vllm-c512", "vllm-nochunk"], "decode_gaps"], table.loc[["vllm-c512", "vllm-nochunk"],
+                                                                                   "decode_scale"]
+    want = math.exp(float((gaps * got.map(math.log)).sum() / gaps.sum()))
+    pooled = [scale(cal.pooled[label]) for label in ("vllm-c512", "vllm-nochunk")]
+    assert pooled[0] == pooled[1] and pooled[0]["value"] == pytest.approx(want, abs=0.002)
+    assert 1.05 < pooled[0]["value"] < 1.45 and "every vllm instance" in pooled[0]["source"]
+    sg = yaml.safe_load(cal.pooled["sglang-lpm"].read_text())["cost"]["overheads"]["sglang"]["decode_scale"]
+    assert sg["value"] == pytest.approx(1.0, abs=0.03)
+    head = summarise(tmp_path, [(0.4, 0.9)]).split("\n\n|")[1]
+    assert POOLED_COLUMN in head
 
 
 def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):
@@ -329,7 +360,8 @@ def test_an_instances_calibration_traces_are_pooled_into_its_profile(tmp_path: P
     from calibrate.twin_study import calibrate_instances, summarise
     _fake_study(tmp_path, second_calibration=1.4)
     report = summarise(tmp_path, [(0.4, 0.9)])
-    _, scales, runs = calibrate_instances(tmp_path)
+    cal = calibrate_instances(tmp_path)
+    scales, runs = cal.scales, cal.runs
     for label in ("vllm-nochunk", "sglang-lpm-c512"):
         row = scales.set_index("config").loc[label]
         slow, plain = (float(t.split(" ")[0]) for t in row["by trace (served order)"].split(" / "))
