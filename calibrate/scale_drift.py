@@ -7,7 +7,8 @@ calibration trace pooled with the instance's first run (weighted by what each me
 calibration trace as long as both would have given), and the family's calibration traces (the geometric
 mean of the calibration scales of every instance of the same engine in the study: one 30-s trace is a
 noisy measure of an instance, and on one machine the instances of an engine may differ less than their
-traces do), and the instance's other seeds (its calibration trace pooled with its study runs of every
+traces do) and the same traces pooled as the engine-pooled twin pools them (weighted by what each
+instance measured over), and the instance's other seeds (its calibration trace pooled with its study runs of every
 other seed, as the cross-validated twin takes them: ``calibrate.twin_own_scale.other_seeds``). Every
 predictor is judged on the same runs — each instance's second and later — by the mean
 |ln(measured / predicted)|.
@@ -34,6 +35,7 @@ from scenarios.errors import ServetwinError
 
 SCALES = ("decode_scale", "prefill_scale")
 FAMILY = {"vllm": "vllm-v1", "sglang": "sglang"}
+ENGINE_POOLED = "the engine's calibration traces, pooled (engine-pooled twin)"
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,12 @@ def family_scale(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> fl
     return geomean(got)
 
 
+def engine_pooled(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> float:
+    """One scale over the calibration traces of every instance of an engine, pooled as the engine-pooled
+    twin pools them (weighted by what each instance measured over; ``calibrate.twin_own_scale.engine_pooled``)."""
+    return pooled([c[key] for label, c in cals.items() if CONFIGS[label][0] == engine and key in c])
+
+
 def errors(out: Path) -> pd.DataFrame:
     """One row per instance, scale, predictor and judged run: |ln(measured / predicted)|."""
     rows = []
@@ -102,7 +110,7 @@ def errors(out: Path) -> pd.DataFrame:
                 continue
             c, first = cal[key], seq[0]
             first_pooled = (c.value * c.n + first.value * first.n) / (c.n + first.n)
-            family = family_scale(cals, engine, key)
+            family, engine_wide = family_scale(cals, engine, key), engine_pooled(cals, engine, key)
             for k in range(1, len(seq)):
                 now, before = seq[k], seq[k - 1]
                 if now is None or before is None:
@@ -111,7 +119,8 @@ def errors(out: Path) -> pd.DataFrame:
                                        if s is not None and seed != seeds[k]])
                 for name, p in (("calibration trace", c.value), ("the run before", before.value),
                                 ("calibration trace + first run", first_pooled),
-                                ("the family's calibration traces", family), ("the instance's other seeds", others)):
+                                ("the family's calibration traces", family),
+                                (ENGINE_POOLED, engine_wide), ("the instance's other seeds", others)):
                     rows.append({"study": out.name, "config": label, "scale": key, "predictor": name,
                                  "abs_log_ratio": abs(float(np.log(now.value / p)))})
     return pd.DataFrame(rows)

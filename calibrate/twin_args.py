@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+# the held-out twin's calibrations (calibrate.twin_study): each instance's own traces, or its engine's pooled
+CALIBRATIONS = ("instance", "engine")
+
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The study's options (``python -m calibrate.twin_study`` and ``servetwin twin-study``)."""
@@ -24,6 +27,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="each vLLM instance also logs its iterations to OUT/logs/<config>.steps (vLLM's "
                          "--enable-logging-iteration-details; split a run's TTFT with python -m "
                          "calibrate.vllm_admission); off by default")
+    ap.add_argument("--calibration", choices=CALIBRATIONS, default=CALIBRATIONS[0],
+                    help="which calibration the held-out twin uses: 'instance' scales each instance by its own "
+                         "calibration traces, 'engine' by the calibration traces of every instance of its engine, "
+                         "pooled (the other one is counted beside it); default %(default)s")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the report from what OUT recorded (twins, tables, figures) and start no engine: "
                          "an error naming what is missing if any probe or run is not recorded")

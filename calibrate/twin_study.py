@@ -46,9 +46,9 @@ from analysis.metrics import KEEPS_PACE
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
-from calibrate.decode_load import overhead_family, write_scaled
+from calibrate.decode_load import DecodeScale, overhead_family, write_scaled
 from calibrate.probe_fit import fit_probes
-from calibrate.twin_args import add_arguments, bad_repeat
+from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_repeat
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -98,6 +98,9 @@ from simulator.profiles import load_hardware
 OWN_SCALE_COLUMN = "met with each run's own scales (diagnostic, not held out)"
 POOLED_COLUMN = ("met by an engine-pooled twin (every instance scaled by the calibration traces of all its "
                  "engine's instances, pooled; held out)")
+INSTANCE_COLUMN = "met by a per-instance twin (every instance scaled by its own calibration traces; held out)"
+# the twin counted beside the held-out one, by the held-out twin's calibration: (its sim-<kind> folder, column)
+BESIDE = {"instance": ("engine-pooled", POOLED_COLUMN), "engine": ("instance", INSTANCE_COLUMN)}
 TRACKING_COLUMN = "met by a tracking twin (the scales of the run its instance served before; held out)"
 CROSS_COLUMN = ("met by a cross-validated twin (the scales of the instance's calibration traces and runs of the "
                 "other seeds; held out by seed)")
@@ -156,9 +159,20 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
                      "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(cal_run.prefill, mine),
                      "front-end loop, ms per step / between streams (vLLM: step log)":
                          loop_text(profiles[label], cal_run)})
-    pooled = {label: pooled_profile(out, label, fitted, cal_run, traces_of[CONFIGS[label][0]], latencies)
+    by_engine = {engine: engine_pooled(traces, engine) for engine, traces in traces_of.items()}
+    pooled = {label: pooled_profile(out, label, fitted, cal_run, by_engine[CONFIGS[label][0]], latencies)
               for label, (fitted, cal_run) in calibrated.items()}
-    return Calibrated(profiles, pd.DataFrame(rows), runs, pooled)
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["engine-pooled decode (lone) / prefill scale"] = [pooled_text(*by_engine[CONFIGS[c][0]][:2])
+                                                               for c in table["config"]]
+    return Calibrated(profiles, table, runs, pooled)
+
+
+def pooled_text(scale: DecodeScale, prefill: PrefillScale | None) -> str:
+    """The engine-pooled decode scale (its lone request's in brackets) and prefill scale, as the table shows them."""
+    lone = "" if scale.lone is None else f" ({scale.lone:.3f})"
+    return f"{scale.scale:.3f}{lone} / {'—' if prefill is None else f'{prefill.scale:.3f}'}"
 
 
 def scaled_profile(out: Path, label: str, run: RunScale, dest: Path, latencies: bool) -> Path:
@@ -171,11 +185,11 @@ def scaled_profile(out: Path, label: str, run: RunScale, dest: Path, latencies: 
     return with_own_latencies(out, label, scaled) if latencies else scaled
 
 
-def pooled_profile(out: Path, label: str, fitted: Path, cal_run: RunScale, traces: list[RunScale],
-                   latencies: bool) -> Path:
+def pooled_profile(out: Path, label: str, fitted: Path, cal_run: RunScale,
+                   pooled: tuple[DecodeScale, PrefillScale | None, str], latencies: bool) -> Path:
     """The instance's profile with its engine's calibration traces pooled (``engine_pooled``) in place of its
     own: the engine-pooled twin's, at ``OUT/profiles/engine-pooled/<label>.yaml``."""
-    scale, prefill, what = engine_pooled(traces, CONFIGS[label][0])
+    scale, prefill, what = pooled
     run = RunScale(cal_run.path, cal_run.live, fitted, scale, what, prefill, what)
     return scaled_profile(out, label, run, out / "profiles" / "engine-pooled" / f"{label}.yaml", latencies)
 
@@ -314,12 +328,17 @@ def cell_tables(out: Path, cond: str, lives: list[RunRecord], profiles: dict[str
 
 
 def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Path] | None = None,
-              latencies: bool = True) -> str:
-    """The report: targets with each instance's calibrated profile (and, beside them, the probe-only
-    counts and, for each repeat study given, the counts its live runs reach against this study's), then
-    per cell the client, keeps-pace, per-configuration, gap and φ tables."""
+              latencies: bool = True, calibration: str = CALIBRATIONS[0]) -> str:
+    """The report: targets with each instance's calibrated profile — its own calibration traces' scales
+    (``calibration`` 'instance') or its engine's pooled ('engine'), the other counted beside it — (and, beside
+    them, the probe-only counts and, for each repeat study given, the counts its live runs reach against this
+    study's), then per cell the client, keeps-pace, per-configuration, gap and φ tables."""
+    if calibration not in CALIBRATIONS:
+        raise ServetwinError(f"twin study: calibration {calibration!r} unknown; accepted: {', '.join(CALIBRATIONS)}")
     cal = calibrate_instances(out, latencies)
-    profiles, scales, runs = cal.profiles, cal.scales, cal.runs
+    scales, runs = cal.scales, cal.runs
+    pooled_profiles = {**cal.profiles, **cal.pooled}
+    profiles, beside = ((pooled_profiles, cal.profiles) if calibration == "engine" else (cal.profiles, pooled_profiles))
     cells = [cell(r, s) for r, s in conditions]
     lives = {cond: [read_run(p) for p in find_runs([out / "live" / cond])] for cond in cells}
     parts: list[str] = []
@@ -331,7 +350,9 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
     table.to_csv(out / TARGETS_FILE, index=False)
     calibrated = not scales.empty
-    what = ("profiles fitted on probes, each instance's decode and prefill steps scaled as its calibration traces "
+    whose = ("its calibration traces" if calibration == "instance" else
+             "the calibration traces of every instance of its engine, pooled,")
+    what = (f"profiles fitted on probes, each instance's decode and prefill steps scaled as {whose} "
             f"(seed {CALIBRATION_SEED}) measured: every study seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
     if latencies:
@@ -351,10 +372,9 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
             by[TRACKING_COLUMN] = met_counts(tracked)["met"].reindex(by.index)
             crossed = scaled_checks(out, conditions, runs["other-seeds"], "other-seeds")
             by[CROSS_COLUMN] = met_counts(crossed)["met"].reindex(by.index)
-            pooled = pd.concat([cell_tables(out, cond, lives[cond], {**probe_only, **cal.pooled},
-                                            out / "sim-engine-pooled", figures=False)[1] for cond in lives],
-                               ignore_index=True)
-            by[POOLED_COLUMN] = met_counts(pooled)["met"].reindex(by.index)
+            other = pd.concat([cell_tables(out, cond, lives[cond], beside, out / f"sim-{BESIDE[calibration][0]}",
+                                           figures=False)[1] for cond in lives], ignore_index=True)
+            by[BESIDE[calibration][1]] = met_counts(other)["met"].reindex(by.index)
             by[OWN_SCALE_COLUMN] = met_counts(scaled_checks(out, conditions, runs["own-scale"], "own-scale"))[
                 "met"].reindex(by.index)
             tracking_part = ["## The tracking twin's per-engine checks (each run's decode steps scaled by the run "
@@ -413,7 +433,7 @@ def study(a: argparse.Namespace) -> int:
     fit_family(out, "sglang", a.path_latencies)
     conditions = cells()
     assert conditions is not None                     # every probe ran, so the knee was found
-    report = summarise(out, conditions, [Path(r) for r in a.repeat_of], a.path_latencies)
+    report = summarise(out, conditions, [Path(r) for r in a.repeat_of], a.path_latencies, a.calibration)
     (out / "report.md").write_text(report)
     print(report)
     return 0

@@ -300,6 +300,12 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
             write_run(rec, where(label))
 
 
+def _e2e_error(out: Path, config: str) -> float:
+    """The held-out twin's E2E p50 error of one configuration, as the study's targets.csv has it."""
+    t = pd.read_csv(out / "targets.csv")
+    return float(t[(t["target"] == "engine e2e_p50") & (t["what"] == config)]["error"].iloc[0])
+
+
 def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_calibration_traces(tmp_path: Path):
     """vLLM 512's instance calibrates 1.5× slower than the others, whose runs and traces are all at the
     profile: its held-out profile carries 1.5 and vLLM unchunked's 1.0, while both engine-pooled profiles
@@ -307,7 +313,8 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     SGLang's stay at 1.0, and the report counts the engine-pooled twin's checks."""
     import yaml
 
-    from calibrate.twin_study import POOLED_COLUMN, calibrate_instances, summarise
+    from calibrate.twin_study import INSTANCE_COLUMN, POOLED_COLUMN, calibrate_instances, summarise
+    from scenarios.errors import ServetwinError
     _fake_study(tmp_path, calibrated_apart={"vllm-c512": 1.5})
     cal = calibrate_instances(tmp_path)
     table = cal.scales.set_index("config")
@@ -325,7 +332,18 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     sg = yaml.safe_load(cal.pooled["sglang-lpm"].read_text())["cost"]["overheads"]["sglang"]["decode_scale"]
     assert sg["value"] == pytest.approx(1.0, abs=0.03)
     head = summarise(tmp_path, [(0.4, 0.9)]).split("\n\n|")[1]
-    assert POOLED_COLUMN in head
+    assert POOLED_COLUMN in head and INSTANCE_COLUMN not in head
+    own = _e2e_error(tmp_path, "vllm-c512")
+    # the engine's pooled traces as the held-out twin: the per-instance twin is then the column beside it, and
+    # vLLM 512's held-out twin, scaled by the pool rather than by its own slow traces, is closer to its runs
+    report = summarise(tmp_path, [(0.4, 0.9)], calibration="engine")
+    title, head = report.split("## Targets (")[1].split("\n", 1)
+    assert "every instance of its engine, pooled" in title
+    counts = head.split("\n\n")[0]
+    assert INSTANCE_COLUMN in counts and POOLED_COLUMN not in counts
+    assert 0 < _e2e_error(tmp_path, "vllm-c512") < own
+    with pytest.raises(ServetwinError, match="calibration 'fleet' unknown; accepted: instance, engine"):
+        summarise(tmp_path, [(0.4, 0.9)], calibration="fleet")
 
 
 def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):

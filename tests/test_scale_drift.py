@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.scale_drift import errors, main, summary
+from calibrate.scale_drift import ENGINE_POOLED, errors, main, summary
 
 
 def _profile(path: Path, decode: tuple[float, int], prefill: tuple[float, int] | None = None) -> None:
@@ -56,7 +56,7 @@ def test_predictors_are_judged_on_the_instances_later_runs(tmp_path: Path):
 
 def test_the_family_predictor_is_the_geometric_mean_of_its_engines_calibrations(tmp_path: Path):
     out = _study(tmp_path)
-    _profile(out / "profiles" / "sglang-fcfs-c512.yaml", (1.5, 100))       # another SGLang instance
+    _profile(out / "profiles" / "sglang-fcfs-c512.yaml", (1.5, 300))       # another SGLang instance
     vllm = {"cost": {"overheads": {"vllm-v1": {"decode_scale": {"value": 3.0, "basis": "measured",
                                                                "source": "x: over 9 gaps"}}}}}
     (out / "profiles" / "vllm-c512.yaml").write_text(yaml.safe_dump(vllm))  # another engine: not pooled
@@ -64,6 +64,10 @@ def test_the_family_predictor_is_the_geometric_mean_of_its_engines_calibrations(
     fam = df[(df["config"] == "sglang-lpm") & (df["predictor"] == "the family's calibration traces")]
     g = math.sqrt(1.2 * 1.5)
     assert list(fam["abs_log_ratio"]) == pytest.approx([abs(math.log(1.1 / g)), abs(math.log(1.3 / g))])
+    # the engine-pooled twin's: the same two calibrations weighted by the gaps each measured over
+    pool = df[(df["config"] == "sglang-lpm") & (df["predictor"] == ENGINE_POOLED)]
+    w = math.exp((100 * math.log(1.2) + 300 * math.log(1.5)) / 400)
+    assert list(pool["abs_log_ratio"]) == pytest.approx([abs(math.log(1.1 / w)), abs(math.log(1.3 / w))])
 
 
 def test_a_folder_without_measured_scales_is_one_clear_error(tmp_path: Path, capsys):  # type: ignore[no-untyped-def]
