@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# the held-out twin's calibrations (calibrate.twin_study): each instance's own traces, or its engine's pooled
-CALIBRATIONS = ("instance", "engine")
+# the held-out twin's calibrations (calibrate.twin_study), the default first: its engine's calibration traces
+# pooled (since twin-ag: docs/twin-study.md, "twin-af"), or each instance's own
+CALIBRATIONS = ("engine", "instance")
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:

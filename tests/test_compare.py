@@ -331,7 +331,7 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     assert 1.05 < pooled[0]["value"] < 1.45 and "every vllm instance" in pooled[0]["source"]
     sg = yaml.safe_load(cal.pooled["sglang-lpm"].read_text())["cost"]["overheads"]["sglang"]["decode_scale"]
     assert sg["value"] == pytest.approx(1.0, abs=0.03)
-    head = summarise(tmp_path, [(0.4, 0.9)]).split("\n\n|")[1]
+    head = summarise(tmp_path, [(0.4, 0.9)], calibration="instance").split("\n\n|")[1]
     assert POOLED_COLUMN in head and INSTANCE_COLUMN not in head
     own = _e2e_error(tmp_path, "vllm-c512")
     # the engine's pooled traces as the held-out twin: the per-instance twin is then the column beside it, and
@@ -342,7 +342,7 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     counts = head.split("\n\n")[0]
     assert INSTANCE_COLUMN in counts and POOLED_COLUMN not in counts
     assert 0 < _e2e_error(tmp_path, "vllm-c512") < own
-    with pytest.raises(ServetwinError, match="calibration 'fleet' unknown; accepted: instance, engine"):
+    with pytest.raises(ServetwinError, match="calibration 'fleet' unknown; accepted: engine, instance"):
         summarise(tmp_path, [(0.4, 0.9)], calibration="fleet")
 
 
