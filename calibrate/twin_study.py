@@ -350,10 +350,10 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     table = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame()
     table.to_csv(out / TARGETS_FILE, index=False)
     calibrated = not scales.empty
-    whose = ("its calibration traces" if calibration == "instance" else
-             "the calibration traces of every instance of its engine, pooled,")
-    what = (f"profiles fitted on probes, each instance's decode and prefill steps scaled as {whose} "
-            f"(seed {CALIBRATION_SEED}) measured: every study seed is held out" if calibrated else
+    whose = (f"its calibration traces (seed {CALIBRATION_SEED}) measured" if calibration == "instance" else
+             f"the calibration traces (seed {CALIBRATION_SEED}) of every instance of its engine measured, pooled")
+    what = (f"profiles fitted on probes, each instance's decode and prefill steps scaled as {whose}: every study "
+            "seed is held out" if calibrated else
             "profiles fitted on probes only: every study seed is held out")
     if latencies:
         what += "; SGLang's front-end and output-path latencies as its step logs measured"
