@@ -338,7 +338,7 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     # vLLM 512's held-out twin, scaled by the pool rather than by its own slow traces, is closer to its runs
     report = summarise(tmp_path, [(0.4, 0.9)], calibration="engine")
     title, head = report.split("## Targets (")[1].split("\n", 1)
-    assert "every instance of its engine, pooled" in title
+    assert "of every instance of its engine measured, pooled" in title
     counts = head.split("\n\n")[0]
     assert INSTANCE_COLUMN in counts and POOLED_COLUMN not in counts
     assert 0 < _e2e_error(tmp_path, "vllm-c512") < own
