@@ -39,7 +39,7 @@ whatever speed is the instance's own.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -89,12 +89,18 @@ def pooled_calibration(parts: list[RunScale], out: Path) -> RunScale:
     ``pooled_prefill``; traces that measured none left out), the first trace's record. One trace is itself."""
     if len(parts) == 1:
         return parts[0]
-    dec = [p.scale for p in parts if p.scale is not None]
-    pre = [p.prefill for p in parts if p.prefill is not None]
     root = parts[0].path.parent.parent
     what = f"{len(parts)} calibration traces pooled ({root.relative_to(out)}/*/{parts[0].path.name})"
-    return RunScale(root, parts[0].live, parts[0].fitted, pooled_decode(dec) if dec else None, what,
-                    pooled_prefill(pre) if pre else None, what)
+    return pooled_as(replace(parts[0], path=root), parts, what)
+
+
+def pooled_as(run: RunScale, parts: list[RunScale], what: str) -> RunScale:
+    """``run`` carrying the decode and prefill scales of ``parts`` pooled (``pooled_decode``, ``pooled_prefill``;
+    parts that measured none left out; None where none did), both measured on ``what``."""
+    dec = [p.scale for p in parts if p.scale is not None]
+    pre = [p.prefill for p in parts if p.prefill is not None]
+    return replace(run, scale=pooled_decode(dec) if dec else None, source=what,
+                   prefill=pooled_prefill(pre) if pre else None, prefill_source=what)
 
 
 def spread(runs: list[RunScale]) -> str:
@@ -151,24 +157,20 @@ def other_seeds(calibration: RunScale, runs: list[RunScale]) -> list[RunScale]:
     got = []
     for r in runs:
         pool = [calibration] + [o for o in runs if seed_of(o) != seed_of(r)]
-        dec = [o.scale for o in pool if o.scale is not None]
-        pre = [o.prefill for o in pool if o.prefill is not None]
         what = f"calibration traces and the instance's runs of seeds other than {seed_of(r)}"
-        got.append(RunScale(r.path, r.live, r.fitted, pooled_decode(dec) if dec else None, what,
-                            pooled_prefill(pre) if pre else None, what))
+        got.append(pooled_as(r, pool, what))
     return got
 
 
-def engine_pooled(traces: list[RunScale], engine: str) -> tuple[DecodeScale, PrefillScale | None, str]:
-    """The decode and prefill scales of ``traces`` — the calibration traces of every instance of one engine
-    in the study — pooled as one (``pooled_decode``, ``pooled_prefill``; traces that measured none left
-    out), and what they were measured on. Only seed 0 enters, so every study seed stays held out."""
-    dec = [t.scale for t in traces if t.scale is not None]
-    pre = [t.prefill for t in traces if t.prefill is not None]
-    if not dec:
-        raise ServetwinError(f"{engine}: none of its {len(traces)} calibration traces measured a decode scale")
+def engine_pooled(calibration: RunScale, traces: list[RunScale], engine: str) -> RunScale:
+    """An instance's calibration (``calibration``: its record and base profile) carrying the decode and prefill
+    scales of ``traces`` — the calibration traces of every instance of its engine in the study — pooled
+    (``pooled_as``). Only seed 0 enters, so every study seed stays held out."""
     what = f"the calibration traces of every {engine} instance of the study ({len(traces)} traces) pooled"
-    return pooled_decode(dec), (pooled_prefill(pre) if pre else None), what
+    got = pooled_as(calibration, traces, what)
+    if got.scale is None:
+        raise ServetwinError(f"{engine}: none of its {len(traces)} calibration traces measured a decode scale")
+    return got
 
 
 def source_text(source: Path | str | None, run: Path, out: Path) -> str:

@@ -46,7 +46,7 @@ from analysis.metrics import KEEPS_PACE
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
-from calibrate.decode_load import DecodeScale, overhead_family, write_scaled
+from calibrate.decode_load import overhead_family, write_scaled
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_repeat
 from calibrate.twin_live import (
@@ -115,10 +115,10 @@ Scaled = dict[str, list[RunScale]]
 
 @dataclass
 class Calibrated:
-    profiles: dict[str, Path]          # each configuration's held-out profile (its instance's calibration traces)
+    profiles: dict[str, Path]          # each configuration's per-instance profile (its own calibration traces)
     scales: pd.DataFrame               # the calibration table of the report
     runs: Scaled                       # every study run with the scales of the twins beside it
-    pooled: dict[str, Path]            # each calibrated configuration's engine-pooled profile
+    pooled: dict[str, Path]            # each calibrated configuration's engine-pooled profile (profiles/engine-pooled)
 
 
 def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
@@ -129,7 +129,7 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
     calibration traces and runs of the other seeds (``other-seeds``; ``calibrate.twin_own_scale``)."""
     profiles, rows = {}, []
     runs: Scaled = {"own-scale": [], "tracking": [], "other-seeds": []}
-    calibrated: dict[str, tuple[Path, RunScale]] = {}
+    calibrated: dict[str, RunScale] = {}
     traces_of: dict[str, list[RunScale]] = {}
     for label in CONFIGS:
         fitted = family_profile(out, label)
@@ -140,7 +140,7 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
         if got is None:
             continue
         cal_run, traces = got
-        calibrated[label] = (fitted, cal_run)
+        calibrated[label] = cal_run
         traces_of.setdefault(CONFIGS[label][0], []).extend(traces)
         profiles[label] = scaled_profile(out, label, cal_run, out / "profiles" / f"{label}.yaml", latencies)
         mine = measure_runs(out, label, fitted)
@@ -159,20 +159,21 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
                      "prefill_scale (SGLang: step log; vLLM: lone requests)": prefill_spread(cal_run.prefill, mine),
                      "front-end loop, ms per step / between streams (vLLM: step log)":
                          loop_text(profiles[label], cal_run)})
-    by_engine = {engine: engine_pooled(traces, engine) for engine, traces in traces_of.items()}
-    pooled = {label: pooled_profile(out, label, fitted, cal_run, by_engine[CONFIGS[label][0]], latencies)
-              for label, (fitted, cal_run) in calibrated.items()}
+    engine_wide = {label: engine_pooled(cal_run, traces_of[CONFIGS[label][0]], CONFIGS[label][0])
+                   for label, cal_run in calibrated.items()}
+    pooled = {label: scaled_profile(out, label, run, out / "profiles" / "engine-pooled" / f"{label}.yaml", latencies)
+              for label, run in engine_wide.items()}
     table = pd.DataFrame(rows)
     if not table.empty:
-        table["engine-pooled decode (lone) / prefill scale"] = [pooled_text(*by_engine[CONFIGS[c][0]][:2])
-                                                               for c in table["config"]]
+        table["engine-pooled decode (lone) / prefill scale"] = [pooled_text(engine_wide[c]) for c in table["config"]]
     return Calibrated(profiles, table, runs, pooled)
 
 
-def pooled_text(scale: DecodeScale, prefill: PrefillScale | None) -> str:
+def pooled_text(run: RunScale) -> str:
     """The engine-pooled decode scale (its lone request's in brackets) and prefill scale, as the table shows them."""
-    lone = "" if scale.lone is None else f" ({scale.lone:.3f})"
-    return f"{scale.scale:.3f}{lone} / {'—' if prefill is None else f'{prefill.scale:.3f}'}"
+    assert run.scale is not None          # engine_pooled() raises where no trace measured one
+    lone = "" if run.scale.lone is None else f" ({run.scale.lone:.3f})"
+    return f"{run.scale.scale:.3f}{lone} / {'—' if run.prefill is None else f'{run.prefill.scale:.3f}'}"
 
 
 def scaled_profile(out: Path, label: str, run: RunScale, dest: Path, latencies: bool) -> Path:
@@ -183,15 +184,6 @@ def scaled_profile(out: Path, label: str, run: RunScale, dest: Path, latencies: 
     scaled = write_scaled(run.fitted, dest, overhead_family(run.live), run.scale, source)
     scaled = with_prefill_scale(scaled, run.prefill, source)
     return with_own_latencies(out, label, scaled) if latencies else scaled
-
-
-def pooled_profile(out: Path, label: str, fitted: Path, cal_run: RunScale,
-                   pooled: tuple[DecodeScale, PrefillScale | None, str], latencies: bool) -> Path:
-    """The instance's profile with its engine's calibration traces pooled (``engine_pooled``) in place of its
-    own: the engine-pooled twin's, at ``OUT/profiles/engine-pooled/<label>.yaml``."""
-    scale, prefill, what = pooled
-    run = RunScale(cal_run.path, cal_run.live, fitted, scale, what, prefill, what)
-    return scaled_profile(out, label, run, out / "profiles" / "engine-pooled" / f"{label}.yaml", latencies)
 
 
 def loop_text(profile: Path, cal_run: RunScale) -> str:
