@@ -13,7 +13,12 @@ other seed, as the cross-validated twin takes them: ``calibrate.twin_own_scale.o
 predictor is judged on the same runs — each instance's second and later — by the mean
 |ln(measured / predicted)|.
 
-    python -m calibrate.scale_drift OUT [OUT ...]
+``--by-instance`` tabulates instead where each instance's runs sat: its calibration scale, its engine's
+pooled one (what the held-out twin uses), and its study runs pooled (weighted as the twin pools) with their
+median and excess over the engine's pool, ln(runs / engine pooled) — whether an instance's speed is its
+own, and whether it is its configuration's (the same configuration, study after study) or chance.
+
+    python -m calibrate.scale_drift OUT [OUT ...] [--by-instance]
 """
 
 from __future__ import annotations
@@ -126,6 +131,33 @@ def errors(out: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def by_instance(out: Path) -> pd.DataFrame:
+    """One row per instance and scale: its calibration, its engine's pool, its study runs pooled and their
+    median, and the runs' excess over the engine's pool (see the module's docstring)."""
+    rows = []
+    cals = calibrations(out)
+    for label, cal in cals.items():
+        engine = CONFIGS[label][0]
+        runs = [r for _, r in instance_runs(out, label, FAMILY[engine])]
+        for key in SCALES:
+            seq = [r[key] for r in runs if key in r]
+            if key not in cal or not seq:
+                continue
+            pool, mine = engine_pooled(cals, engine, key), pooled(seq)
+            rows.append({"study": out.name, "config": label, "scale": key, "calibration": cal[key].value,
+                         "engine_pooled": pool, "runs": len(seq), "runs_pooled": mine,
+                         "runs_median": float(np.median([r.value for r in seq])),
+                         "excess_ln": float(np.log(mine / pool))})
+    return pd.DataFrame(rows)
+
+
+def instances(outs: list[Path]) -> pd.DataFrame:
+    df = pd.concat([by_instance(o) for o in outs], ignore_index=True)
+    if df.empty:
+        raise ServetwinError("no instance with a measured calibration scale and study runs")
+    return df
+
+
 def summary(frames: list[pd.DataFrame]) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     if df.empty:
@@ -137,8 +169,13 @@ def summary(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", nargs="+", help="twin-study folders (OUT) whose reports were built")
+    ap.add_argument("--by-instance", action="store_true",
+                    help="where each instance's runs sat against its engine's pooled calibration")
     a = ap.parse_args(argv)
-    return print_table(lambda: summary([errors(Path(s)) for s in a.studies]).round(4))
+    outs = [Path(s) for s in a.studies]
+    if a.by_instance:
+        return print_table(lambda: instances(outs).round(4))
+    return print_table(lambda: summary([errors(o) for o in outs]).round(4))
 
 
 if __name__ == "__main__":

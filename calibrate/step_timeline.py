@@ -15,7 +15,13 @@ Requests pair exactly (same trace), so the tables give each component's median l
 the median of the per-request differences; a second table compares the forwards themselves by mode.
 
     python -m calibrate.step_timeline --study OUT [--config sglang-lpm] [--cell rate0.39-sigma0.9]
+                                      [--calibration engine|instance]
     python -m calibrate.step_timeline RUN_DIR --steps PREFIX --hardware PROFILE [--model tiny-llama]
+
+With ``--study`` each run is priced by the profile of the study's held-out twin: its engine's calibration
+traces pooled (``OUT/profiles/engine-pooled/<config>.yaml``, the study's default), or with ``--calibration
+instance`` its own instance's (``OUT/profiles/<config>.yaml``); ``extend_x`` and ``decode_x`` are then how
+fast the run's forwards ran against what that twin assumed.
 
 Live step-log requests are matched to the run's records in order of arrival (calibrate/step_log.py).
 """
@@ -34,6 +40,7 @@ from analysis.tables import to_markdown
 from calibrate.compare import twin
 from calibrate.engine_steps import priced, sglang_cost
 from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
+from calibrate.twin_args import CALIBRATIONS
 from scenarios.errors import ServetwinError
 
 PARTS = ("wait", "prefill", "after", "ttft")
@@ -107,27 +114,39 @@ def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -
             "forwards": pd.concat([forwards(live_runs, "live"), forwards(sim_log, "twin")], ignore_index=True)}
 
 
-def study_runs(out: Path, config: str | None, cell: str | None) -> list[tuple[RunRecord, Path, Path]]:
-    """A twin study's SGLang runs with their instance's step log and profile."""
+def calibrated_profile(out: Path, label: str, calibration: str) -> Path:
+    """The profile the study's held-out twin of this configuration used under ``calibration``."""
+    if calibration not in CALIBRATIONS:
+        raise ServetwinError(f"calibration {calibration!r} unknown; accepted: {', '.join(CALIBRATIONS)}")
+    path = out / "profiles" / ("engine-pooled" if calibration == "engine" else "") / f"{label}.yaml"
+    if not path.is_file():
+        raise ServetwinError(f"{path}: not found; the study's report writes it (servetwin twin-study --report-only)")
+    return path
+
+
+def study_runs(out: Path, config: str | None, cell: str | None,
+               calibration: str = CALIBRATIONS[0]) -> list[tuple[RunRecord, Path, Path]]:
+    """A twin study's SGLang runs with their instance's step log and the held-out twin's profile."""
     found = []
     for p in find_runs([out / "live"]):
         run = read_run(p)
         label = str(run.meta["engine"])
         if not label.startswith("sglang") or (config and label != config) or (cell and p.parent.parent.name != cell):
             continue
-        found.append((run, out / "logs" / f"{label}.steps", out / "profiles" / f"{label}.yaml"))
+        found.append((run, out / "logs" / f"{label}.steps", calibrated_profile(out, label, calibration)))
     if not found:
         raise ServetwinError(f"{out}/live: no SGLang runs{f' of {config}' if config else ''}"
                              f"{f' in {cell}' if cell else ''}")
     return found
 
 
-def study_table(out: Path, config: str | None, cell: str | None, model: str) -> pd.DataFrame:
+def study_table(out: Path, config: str | None, cell: str | None, model: str,
+                calibration: str = CALIBRATIONS[0]) -> pd.DataFrame:
     """One row per run: TTFT p50 live and twin, the median per-request difference of each part, the
     engine's latencies outside its forwards, and how fast its forwards ran against the profile's price
     (``extend_x``, ``decode_x``: medians of measured / priced)."""
     rows = []
-    for run, prefix, profile in study_runs(out, config, cell):
+    for run, prefix, profile in study_runs(out, config, cell, calibration):
         res = compare_run(run, prefix, str(profile), model)
         parts, lat = res["parts"], res["latencies"]
         a = parts[parts["role"] == "all"].iloc[0]
@@ -148,13 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", help="a twin study's output folder: every SGLang run, one row each")
     ap.add_argument("--config", help="with --study: one configuration (e.g. sglang-lpm)")
     ap.add_argument("--cell", help="with --study: one cell (e.g. rate0.39-sigma0.9)")
+    ap.add_argument("--calibration", choices=CALIBRATIONS, default=CALIBRATIONS[0],
+                    help="with --study: the held-out twin's profile to price the forwards by, its engine's "
+                         "calibration traces pooled or its instance's own; default %(default)s")
     ap.add_argument("--model", default="tiny-llama")
     a = ap.parse_args(argv)
     if bool(a.study) == bool(a.run) or (a.run and not (a.steps and a.hardware)):
         ap.error("give either --study OUT, or RUN_DIR with --steps PREFIX and --hardware PROFILE")
     try:
         if a.study:
-            print(to_markdown(study_table(Path(a.study), a.config, a.cell, a.model).round(3)))
+            print(to_markdown(study_table(Path(a.study), a.config, a.cell, a.model, a.calibration).round(3)))
         else:
             res = compare_run(read_run(a.run), a.steps, a.hardware, a.model)
             lat, speed = res["latencies"], res["speed"]

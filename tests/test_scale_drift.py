@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.scale_drift import ENGINE_POOLED, errors, main, summary
+from calibrate.scale_drift import ENGINE_POOLED, by_instance, errors, main, summary
 
 
 def _profile(path: Path, decode: tuple[float, int], prefill: tuple[float, int] | None = None) -> None:
@@ -73,3 +73,17 @@ def test_the_family_predictor_is_the_geometric_mean_of_its_engines_calibrations(
 def test_a_folder_without_measured_scales_is_one_clear_error(tmp_path: Path, capsys):  # type: ignore[no-untyped-def]
     assert main([str(tmp_path)]) == 2
     assert "no instance with measured scales" in capsys.readouterr().out
+
+
+def test_by_instance_says_where_each_instances_runs_sat_against_its_engines_pool(tmp_path: Path, capsys):  # type: ignore[no-untyped-def]
+    out = _study(tmp_path)
+    _profile(out / "profiles" / "sglang-fcfs-c512.yaml", (1.5, 300))       # no study runs: no row
+    row = by_instance(out).set_index("config").loc["sglang-lpm"]
+    pool = math.exp((100 * math.log(1.2) + 300 * math.log(1.5)) / 400)
+    runs = math.exp((300 * math.log(1.1) + 300 * math.log(1.3) + 200 * math.log(1.0)) / 800)
+    assert row["calibration"] == 1.2 and row["runs"] == 3
+    assert row["engine_pooled"] == pytest.approx(pool)
+    assert row["runs_pooled"] == pytest.approx(runs) and row["runs_median"] == pytest.approx(1.1)
+    assert row["excess_ln"] == pytest.approx(math.log(runs / pool))
+    assert main([str(out), "--by-instance"]) == 0
+    assert "sglang-lpm" in capsys.readouterr().out

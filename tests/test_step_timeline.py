@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from analysis.records import RunRecord, write_run
 from calibrate.engine_steps import shape
@@ -69,8 +70,9 @@ def _as_live(rec: RunRecord, log: list, root: Path, delay_s: float = 0.0) -> Pat
                "n": len(e["reqs"])} for e in log]
     (root / "logs").mkdir(parents=True)
     (root / "logs" / "sglang-lpm.steps.4242").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (root / "profiles").mkdir()
-    (root / "profiles" / "sglang-lpm.yaml").write_text(Path(load_hardware("cpu-base").path).read_text())
+    (root / "profiles" / "engine-pooled").mkdir(parents=True)
+    for dest in (root / "profiles" / "sglang-lpm.yaml", root / "profiles" / "engine-pooled" / "sglang-lpm.yaml"):
+        dest.write_text(Path(load_hardware("cpu-base").path).read_text())
     return run
 
 
@@ -84,6 +86,25 @@ def test_a_run_the_twin_reproduces_differs_in_no_part(tmp_path: Path, capsys):
     assert row["extend_x"] == pytest.approx(1.0) and row["decode_x"] == pytest.approx(1.0)   # its own forwards
     assert main(["--study", str(tmp_path)]) == 0
     assert "| rate0.5-sigma0.9 | sglang-lpm | 1 |" in capsys.readouterr().out
+
+
+def test_a_study_prices_its_forwards_by_the_held_out_twins_profile(tmp_path: Path, capsys):
+    """By default the engine-pooled profile (the study's held-out twin), with --calibration instance the
+    instance's own; a study whose report wrote neither is one clear error."""
+    log: list = []
+    _as_live(_sim(log=log), log, tmp_path)
+    pooled = tmp_path / "profiles" / "engine-pooled" / "sglang-lpm.yaml"
+    doc = yaml.safe_load(pooled.read_text())
+    doc["cost"]["overheads"]["sglang"]["decode_scale"] = {"value": 2.0, "basis": "measured", "source": "x: over 9 gaps"}
+    pooled.write_text(yaml.safe_dump(doc))
+    assert study_table(tmp_path, None, None, "tiny-llama").iloc[0]["decode_x"] == pytest.approx(0.5)
+    own = study_table(tmp_path, None, None, "tiny-llama", "instance").iloc[0]
+    assert own["decode_x"] == pytest.approx(1.0) and own["extend_x"] == pytest.approx(1.0)
+    pooled.unlink()
+    assert main(["--study", str(tmp_path)]) == 2
+    assert "engine-pooled/sglang-lpm.yaml: not found" in capsys.readouterr().out
+    with pytest.raises(ServetwinError, match="calibration 'both' unknown; accepted: engine, instance"):
+        study_table(tmp_path, None, None, "tiny-llama", "both")
 
 
 def test_first_tokens_delivered_later_show_in_after_only(tmp_path: Path, capsys):
