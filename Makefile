@@ -51,7 +51,7 @@ $(ENGINE_VENV)/.installed:
 SGLANG_VENV ?= .engine-sglang
 .PHONY: engine-sglang twin-study
 # The two-engine study on this machine, live and simulated (42 minutes on a 2-core AMD EPYC, capacity search
-# included; about 6.5 per configuration for its live runs; docs/twin-study.md; TWIN_FLAGS=--quick for one cell).
+# included, 71 on one without AVX-512; about 6.5 per configuration for its live runs on the first; docs/twin-study.md; TWIN_FLAGS=--quick for one cell).
 twin-study: $(STAMP) engine engine-sglang
 	$(BIN)/servetwin twin-study --out out/twin $(TWIN_FLAGS)
 
