@@ -240,6 +240,8 @@ def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base
                                                    for (_, y, k), e in zip(obs, res.residuals, strict=True)],
                                "probes": [str(p) for p in paths],
                                "attention": "whole-sequence extend (torch_native)" if full else "new tokens only"}
+    if res.at_bound:
+        quality["at_bound"] = res.at_bound
     if len(obs) < len(probed):
         quality["not_fitted"] = {"shared-prefix decode probes": len(probed) - len(obs),
                                  "why": "the engine's decode does not read a shared prefix in place (kv_shared_cost 1)"}

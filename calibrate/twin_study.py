@@ -86,7 +86,7 @@ from calibrate.twin_steplog import (
     with_own_latencies,
     with_prefill_scale,
 )
-from calibrate.twin_tables import client_table, host_cpus, keeps_pace_table
+from calibrate.twin_tables import client_table, fit_table, host_cpus, keeps_pace_table
 from calibrate.twin_targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
@@ -388,6 +388,10 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
                           to_markdown(got.rename(columns={"measured": "this_study", "simulated": "repeat",
                                                           "in_measured_ci": "repeat_in_this_ci"})), ""]
         head += [to_markdown(by.reset_index()), "", to_markdown(table), ""] + tracking_part + rep_parts
+    fits = fit_table({f"cpu-{family}": out / "profiles" / f"cpu-{family}.yaml" for family in ("vllm", "sglang")})
+    if not fits.empty:
+        head += ["## Probe fits (each engine's profile on both its probe sets; a coefficient at a bound was set by "
+                 "the bound, not the probes)\n", to_markdown(fits), ""]
     if calibrated:
         head += [f"## Decode scale per engine instance (calibration traces: seed {CALIBRATION_SEED}, "
                  f"{CALIBRATION_S:g} s spread over the cells, pooled — one 30-s trace of the first cell in studies "

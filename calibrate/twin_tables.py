@@ -1,12 +1,15 @@
 """The twin study's per-cell report tables that describe the runs themselves: the client and the
-engine's busiest process, and keeps-pace (``calibrate.twin_study`` assembles the report)."""
+engine's busiest process, and keeps-pace; and how well the profiles fit their probes
+(``calibrate.twin_study`` assembles the report)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from analysis.metrics import KEEPS_PACE
 
@@ -61,3 +64,15 @@ def host_cpus(metas: list[dict[str, Any]]) -> str:
     studies on different CPUs are not repeats of one another."""
     counts = Counter(cpu_name(m) for m in metas)
     return "; ".join(f"{n}: {k} run{'s' if k != 1 else ''}" for n, k in sorted(counts.items()))
+
+
+def fit_table(profiles: dict[str, Path]) -> pd.DataFrame:
+    """Per fitted profile (by what it is fitted for): how well it fits its probes — observations, R², MAPE —
+    and which coefficients ended on a bound of the fit (there the bound set them, not the probes)."""
+    rows = []
+    for what, path in profiles.items():
+        fit = (yaml.safe_load(path.read_text()) or {}).get("fit") or {} if path.is_file() else {}
+        if fit:
+            rows.append({"profile": what, "observations": fit.get("observations"), "r2": fit.get("r2"),
+                         "mape": fit.get("mape"), "at_bound": ", ".join(fit.get("at_bound") or []) or "none"})
+    return pd.DataFrame(rows)

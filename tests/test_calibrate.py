@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.fit import fit_steps, with_params, write_profile
+from calibrate.fit import BOUNDS, fit_steps, with_params, write_profile
 from simulator.cost_model import BatchShape, CostModel
 from simulator.profiles import load_hardware, load_model
 
@@ -40,6 +40,29 @@ def test_fit_recovers_known_coefficients():
     for k, v in TRUE.items():
         assert res.params[k] == pytest.approx(v, rel=0.15), k
     assert res.r2 > 0.99 and res.mape < 0.03
+
+
+def fit_truth(truth: dict[str, float]):
+    rng = np.random.default_rng(1)
+    bs = batches(rng)
+    cm = CostModel(with_params(HW, "vllm-v0", truth), M, "vllm-v0")
+    y = np.array([cm.step_time(b) for b in bs]) * rng.normal(1.0, 0.02, size=len(bs))
+    return fit_steps(HW, M, "vllm-v0", bs, y, free=list(truth))
+
+
+def test_a_cpu_without_avx512s_compute_efficiency_is_fitted_not_floored():
+    """A CPU without AVX-512 fitted eta_compute 0.006 against the nominal bf16 peak: the fit reaches it."""
+    res = fit_truth({**TRUE, "eta_compute": 0.006})
+    assert res.params["eta_compute"] == pytest.approx(0.006, rel=0.15)
+    assert res.at_bound == [] and res.mape < 0.03
+
+
+def test_a_coefficient_the_bound_set_is_named():
+    floor = BOUNDS["eta_compute"][0]
+    res = fit_truth({**TRUE, "eta_compute": floor / 5})
+    assert res.params["eta_compute"] == pytest.approx(floor)
+    assert "eta_compute" in res.at_bound         # and what it pushed elsewhere: the step overheads to their ceiling
+    assert not fit_truth(TRUE).at_bound
 
 
 def test_fitted_profile_is_a_profile(tmp_path: Path):
