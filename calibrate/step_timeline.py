@@ -40,7 +40,7 @@ from analysis.tables import to_markdown
 from calibrate.compare import twin
 from calibrate.engine_steps import priced, sglang_cost
 from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
-from calibrate.twin_args import CALIBRATIONS
+from calibrate.twin_args import CALIBRATIONS, calibrated_path
 from scenarios.errors import ServetwinError
 
 PARTS = ("wait", "prefill", "after", "ttft")
@@ -116,9 +116,10 @@ def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -
 
 def calibrated_profile(out: Path, label: str, calibration: str) -> Path:
     """The profile the study's held-out twin of this configuration used under ``calibration``."""
-    if calibration not in CALIBRATIONS:
-        raise ServetwinError(f"calibration {calibration!r} unknown; accepted: {', '.join(CALIBRATIONS)}")
-    path = out / "profiles" / ("engine-pooled" if calibration == "engine" else "") / f"{label}.yaml"
+    try:
+        path = calibrated_path(out, label, calibration)
+    except ValueError as err:
+        raise ServetwinError(str(err)) from None
     if not path.is_file():
         raise ServetwinError(f"{path}: not found; the study's report writes it (servetwin twin-study --report-only)")
     return path

@@ -11,6 +11,14 @@ from pathlib import Path
 CALIBRATIONS = ("engine", "instance")
 
 
+def calibrated_path(out: Path, label: str, calibration: str) -> Path:
+    """Where a study keeps a configuration's profile under a calibration: ``OUT/profiles/engine-pooled/<label>.yaml``
+    (its engine's calibration traces pooled) or ``OUT/profiles/<label>.yaml`` (its instance's own)."""
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration {calibration!r} unknown; accepted: {', '.join(CALIBRATIONS)}")
+    return out / "profiles" / ("engine-pooled" if calibration == "engine" else "") / f"{label}.yaml"
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The study's options (``python -m calibrate.twin_study`` and ``servetwin twin-study``)."""
     ap.add_argument("--out", default="out/twin")

@@ -48,7 +48,7 @@ from analysis.tables import to_markdown
 from calibrate.compare import compare
 from calibrate.decode_load import overhead_family, write_scaled
 from calibrate.probe_fit import fit_probes
-from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_repeat
+from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_repeat, calibrated_path
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -142,7 +142,7 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
         cal_run, traces = got
         calibrated[label] = cal_run
         traces_of.setdefault(CONFIGS[label][0], []).extend(traces)
-        profiles[label] = scaled_profile(out, label, cal_run, out / "profiles" / f"{label}.yaml", latencies)
+        profiles[label] = scaled_profile(out, label, cal_run, calibrated_path(out, label, "instance"), latencies)
         mine = measure_runs(out, label, fitted)
         runs["own-scale"] += mine
         runs["tracking"] += tracking(cal_run, mine)
@@ -161,7 +161,7 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
                          loop_text(profiles[label], cal_run)})
     engine_wide = {label: engine_pooled(cal_run, traces_of[CONFIGS[label][0]], CONFIGS[label][0])
                    for label, cal_run in calibrated.items()}
-    pooled = {label: scaled_profile(out, label, run, out / "profiles" / "engine-pooled" / f"{label}.yaml", latencies)
+    pooled = {label: scaled_profile(out, label, run, calibrated_path(out, label, "engine"), latencies)
               for label, run in engine_wide.items()}
     table = pd.DataFrame(rows)
     if not table.empty:
