@@ -19,6 +19,17 @@ def calibrated_path(out: Path, label: str, calibration: str) -> Path:
     return out / "profiles" / ("engine-pooled" if calibration == "engine" else "") / f"{label}.yaml"
 
 
+def seconds(text: str) -> float:
+    """A non-negative number of seconds (``--warm-up``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number of seconds; accepted: a number >= 0")
+    return value
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The study's options (``python -m calibrate.twin_study`` and ``servetwin twin-study``)."""
     ap.add_argument("--out", default="out/twin")
@@ -36,6 +47,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="each vLLM instance also logs its iterations to OUT/logs/<config>.steps (vLLM's "
                          "--enable-logging-iteration-details; split a run's TTFT with python -m "
                          "calibrate.vllm_admission); off by default")
+    ap.add_argument("--warm-up", type=seconds, default=0.0, metavar="SECONDS",
+                    help="each instance first serves this many seconds of agent traffic spread over the cells "
+                         "(seed 4, in OUT/warm-up; used by no twin) before its calibration traces; default 0: "
+                         "none (docs/twin-study.md, \"twin-ai\")")
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=CALIBRATIONS[0],
                     help="which calibration the held-out twin uses: 'instance' scales each instance by its own "
                          "calibration traces, 'engine' by the calibration traces of every instance of its engine, "

@@ -82,6 +82,12 @@ PROBED: dict[str, tuple[str, ProbePlan]] = {
 CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration traces: not a study seed;
 # CALIBRATION_S seconds of them in all, spread evenly over the cells (``calibration_scenario``; since twin-s
 # each starts with its first DAG; one 30-s trace of the first cell until twin-x, one per cell since twin-y)
+# ``--warm-up``: agent traffic an instance serves before its calibration traces, used by no twin. Seed
+# WARM_UP_SEED is neither a study seed nor the calibration's. On a CPU without AVX-512 a fresh SGLang instance
+# decoded its first 30 s of agent traffic at 1.36–1.45 of its profile and the next 60 s at 0.95–1.07, and every
+# instance of two studies decoded 6–28 % faster in its runs than in its calibration traces (docs/twin-study.md,
+# "twin-ai"); off by default until a study has tested it held out.
+WARM_UP_SEED = 4
 # each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
 RUN_S = 40.0
 
@@ -92,12 +98,13 @@ def cell(rate: float, sharing: float) -> str:
     return f"rate{rate:g}-sigma{sharing:g}"
 
 
-def calibration_scenario(rate: float, sharing: float, seconds: float = CALIBRATION_S) -> dict[str, Any]:
+def calibration_scenario(rate: float, sharing: float, seconds: float = CALIBRATION_S,
+                         seed: int = CALIBRATION_SEED) -> dict[str, Any]:
     """One of an instance's calibration traces: seed ``CALIBRATION_SEED`` of the cell, its gamma arrivals
     moved to start with the first DAG at 0 (a ``replay`` of them), then ``seconds`` of them. Unmoved, seed
     0's first DAG came 13.7 s into a 30-s trace at λ = 0.39, and the calibration rested on the 6 DAGs of its
     last 16 s; moved, the same 30 s serve 14."""
-    sc = scenario(rate, sharing, 2 * CALIBRATION_S, CALIBRATION_SEED)      # seconds <= CALIBRATION_S
+    sc = scenario(rate, sharing, 2 * max(seconds, CALIBRATION_S), seed)
     arrays = build_trace(scenario_from_dict(sc)).arrays
     times = arrays["arrival_s"][np.unique(arrays["dag"], return_index=True)[1]]      # each DAG's arrival
     moved = times - times[0]
@@ -146,6 +153,14 @@ def calibration_runs(out: Path, label: str, cells: Cells) -> list[tuple[dict[str
     return [(calibration_scenario(r, s, seconds), calibration_dir(out, label, cell(r, s))) for r, s in cells]
 
 
+def warm_up_runs(out: Path, label: str, cells: Cells, seconds: float) -> list[tuple[dict[str, Any], Path]]:
+    """``seconds`` of agent traffic spread over the cells as the calibration traces are (seed ``WARM_UP_SEED``),
+    in ``OUT/warm-up/<config>/<cell>/seed-4``: served before the calibration traces, used by no twin."""
+    each = seconds / len(cells)
+    return [(calibration_scenario(r, s, each, WARM_UP_SEED),
+             out / "warm-up" / label / cell(r, s) / f"seed-{WARM_UP_SEED}") for r, s in cells]
+
+
 def probe_dirs(out: Path, family: str) -> list[Path]:
     """Every probe record of one engine family (each configuration it was probed in)."""
     dirs = [out / "probes" / d for label, (d, _) in PROBED.items() if CONFIGS[label][0] == family]
@@ -171,14 +186,18 @@ def pending_probe(out: Path, label: str) -> Path | None:
     return None if (dest / "run.json").is_file() else dest
 
 
-def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int],
-                 duration: float) -> list[tuple[dict[str, Any], Path]]:
-    """The configuration's runs not yet recorded: its calibration traces (seed 0 of each cell) first."""
+def pending_runs(out: Path, label: str, cells: Cells, seeds: list[int], duration: float,
+                 warm_up: float = 0.0) -> list[tuple[dict[str, Any], Path]]:
+    """The configuration's runs not yet recorded: its calibration traces (seed 0 of each cell) first, and
+    ``warm_up`` seconds of warm-up traffic before them where they are still to be served."""
     todo = [(scenario(r, s, duration, seed), out / "live" / cell(r, s) / label / f"seed-{seed}")
             for r, s in cells for seed in seeds]
     if cells and not single_trace_calibration(out, label):
         todo = calibration_runs(out, label, cells) + todo
-    return [t for t in todo if not (t[-1] / "run.json").is_file()]
+    left = [t for t in todo if not (t[-1] / "run.json").is_file()]
+    if warm_up > 0 and any(d.is_relative_to(out / "calibration") for _, d in left):
+        left = warm_up_runs(out, label, cells, warm_up) + left
+    return left
 
 
 def unrecorded(out: Path, seeds: list[int], duration: float, cells: Cells | None) -> list[Path]:
@@ -207,13 +226,13 @@ def require_recorded(out: Path, seeds: list[int], duration: float, cells: Cells 
 
 
 def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
-          vllm_steps: bool = False) -> bool:
+          vllm_steps: bool = False, warm_up: float = 0.0) -> bool:
     """Start this configuration's instance if it has anything to do: its probes (if probed and not yet),
     then — once ``cells()`` knows the cells — its calibration traces and study seeds. False when its runs
     are left for a later call because the cells were not known yet."""
     kind, opts = CONFIGS[label]
     probe_to, known = pending_probe(out, label), cells()
-    todo = pending_runs(out, label, known, seeds, duration) if known is not None else []
+    todo = pending_runs(out, label, known, seeds, duration, warm_up) if known is not None else []
     if probe_to is None and not todo:
         return known is not None                 # nothing to run now: no engine start (its log is kept)
     eng = engine(kind, opts, out / "logs" / f"{label}.log", vllm_steps).start()
@@ -225,7 +244,7 @@ def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Calla
             known = cells()
             if known is None:
                 return False
-            todo = pending_runs(out, label, known, seeds, duration)
+            todo = pending_runs(out, label, known, seeds, duration, warm_up)
         for sc, dest in todo:
             record_run(eng, label, compile_trace(scenario_from_dict(sc)), dest, out)
     finally:
@@ -242,11 +261,12 @@ def record_run(eng: VllmCpu, label: str, trace: Trace, dest: Path, root: Path) -
 
 
 def run_engines(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
-                vllm_steps: bool = False) -> None:
+                vllm_steps: bool = False, warm_up: float = 0.0) -> None:
     """Every configuration's probes and runs, one instance at a time in ``ORDER``; those whose cells were
     not known while their instance ran are started again once they are. ``vllm_steps``: each vLLM instance
-    also logs its iterations (``OUT/logs/<config>.steps``)."""
-    later = [label for label in ORDER if not serve(out, label, seeds, duration, cells, vllm_steps)]
+    also logs its iterations (``OUT/logs/<config>.steps``); ``warm_up``: seconds of traffic each instance serves
+    before its calibration traces (``warm_up_runs``)."""
+    later = [label for label in ORDER if not serve(out, label, seeds, duration, cells, vllm_steps, warm_up)]
     for label in later:
-        if not serve(out, label, seeds, duration, cells, vllm_steps):
+        if not serve(out, label, seeds, duration, cells, vllm_steps, warm_up):
             raise RuntimeError(f"{label}: the study's cells are still unknown after every probe")

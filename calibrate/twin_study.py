@@ -424,7 +424,7 @@ def study(a: argparse.Namespace) -> int:
     if a.report_only:
         require_recorded(out, seeds, duration, cells())
     else:
-        run_engines(out, seeds, duration, cells, a.vllm_step_log)      # each instance: its probes, then its runs
+        run_engines(out, seeds, duration, cells, a.vllm_step_log, a.warm_up)   # each instance: probes, then runs
     fit_family(out, "vllm")
     fit_family(out, "sglang", a.path_latencies)
     conditions = cells()

@@ -112,6 +112,37 @@ def test_pinned_cells_need_one_instance_per_configuration_and_a_resume_none(tmp_
     assert fake == []
 
 
+def test_a_warm_up_comes_before_the_calibration_traces_and_only_then(tmp_path: Path,
+                                                                     fake: list[tuple[str, ...]]) -> None:
+    """With --warm-up each instance serves that many seconds of seed-4 traffic, spread over the cells, before
+    its calibration traces; an instance whose calibration is recorded serves none, and no twin reads it."""
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9], [1.1, 0.9]]}))
+    cells = ts.study_cells(tmp_path, quick=False, rate=None)
+    tl.run_engines(tmp_path, [1], 45.0, cells, warm_up=60.0)
+    for i in instances(fake):
+        label = i[0][1]
+        runs = [(e[3], e[4]) for e in i if e[0] == "run"]
+        assert runs[:3] == [(f"warm-up/{label}/rate0.6-sigma0.9/seed-4", 30.0),
+                            (f"warm-up/{label}/rate1.1-sigma0.9/seed-4", 30.0),
+                            (f"calibration/{label}/rate0.6-sigma0.9/seed-0", tl.CALIBRATION_S / 2)]
+    warm = tl.calibration_scenario(0.6, 0.9, 30.0, tl.WARM_UP_SEED)
+    assert warm["seed"] == tl.WARM_UP_SEED != tl.calibration_scenario(0.6, 0.9, 15.0)["seed"]
+    assert warm["arrivals"]["times"][0] == 0.0 and max(warm["arrivals"]["times"]) < 30.0
+    for label in tl.CONFIGS:                     # a resumed study: its runs left, its calibration recorded
+        run = tmp_path / "live" / "rate1.1-sigma0.9" / label / "seed-1"
+        (run / "run.json").unlink()
+        run.rmdir()
+    fake.clear()
+    tl.run_engines(tmp_path, [1], 45.0, cells, warm_up=60.0)
+    assert [e[3] for e in fake if e[0] == "run"] == [f"live/rate1.1-sigma0.9/{label}/seed-1" for label in tl.ORDER]
+
+
+def test_a_warm_up_of_no_seconds_is_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        ts.main(["--out", "unused", "--report-only", "--warm-up", "-5"])
+    assert "'-5': not a number of seconds; accepted: a number >= 0" in capsys.readouterr().err
+
+
 def test_the_study_probes_its_own_request_shapes() -> None:
     """Every cached-prefix prefill a study request makes (its shared prefix cached, its own suffix new) is
     a probed shape in both probe plans: the fit need not extrapolate to the shape the study serves most."""
