@@ -116,10 +116,7 @@ def compare_run(run: RunRecord, prefix: str | Path, hardware: str, model: str) -
 
 def calibrated_profile(out: Path, label: str, calibration: str) -> Path:
     """The profile the study's held-out twin of this configuration used under ``calibration``."""
-    try:
-        path = calibrated_path(out, label, calibration)
-    except ValueError as err:
-        raise ServetwinError(str(err)) from None
+    path = calibrated_path(out, label, calibration)
     if not path.is_file():
         raise ServetwinError(f"{path}: not found; the study's report writes it (servetwin twin-study --report-only)")
     return path

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scenarios.errors import ServetwinError
+
 # the held-out twin's calibrations (calibrate.twin_study), the default first: its engine's calibration traces
 # pooled (since twin-ag: docs/twin-study.md, "twin-af"), or each instance's own
 CALIBRATIONS = ("engine", "instance")
@@ -15,7 +17,7 @@ def calibrated_path(out: Path, label: str, calibration: str) -> Path:
     """Where a study keeps a configuration's profile under a calibration: ``OUT/profiles/engine-pooled/<label>.yaml``
     (its engine's calibration traces pooled) or ``OUT/profiles/<label>.yaml`` (its instance's own)."""
     if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration {calibration!r} unknown; accepted: {', '.join(CALIBRATIONS)}")
+        raise ServetwinError(f"calibration {calibration!r} unknown; accepted: {', '.join(CALIBRATIONS)}")
     return out / "profiles" / ("engine-pooled" if calibration == "engine" else "") / f"{label}.yaml"
 
 

@@ -71,7 +71,9 @@ def fit_table(profiles: dict[str, Path]) -> pd.DataFrame:
     and which coefficients ended on a bound of the fit (there the bound set them, not the probes)."""
     rows = []
     for what, path in profiles.items():
-        fit = (yaml.safe_load(path.read_text()) or {}).get("fit") or {} if path.is_file() else {}
+        if not path.is_file():
+            continue
+        fit = (yaml.safe_load(path.read_text()) or {}).get("fit")
         if fit:
             rows.append({"profile": what, "observations": fit.get("observations"), "r2": fit.get("r2"),
                          "mape": fit.get("mape"), "at_bound": ", ".join(fit.get("at_bound") or []) or "none"})
