@@ -49,10 +49,10 @@ def test_the_run_window_is_the_wall_time_of_the_records_clock(tmp_path: Path, mo
     from live.run import LiveOptions, run_live
     from scenarios import compile_trace, scenario_from_dict
 
-    sample = host.sample
+    sample, slow_s = host.sample, 1.0
 
     def slow_sample(**kw):  # type: ignore[no-untyped-def]
-        time.sleep(0.3)
+        time.sleep(slow_s)
         return sample(**kw)
     monkeypatch.setattr(host, "sample", slow_sample)
     srv = FakeOpenAI().start()
@@ -65,4 +65,8 @@ def test_the_run_window_is_the_wall_time_of_the_records_clock(tmp_path: Path, mo
         srv.stop()
     sent = sorted(rec.meta["run_window"]["start_unix"] + rec.requests["send_s"])
     assert len(sent) == len(srv.arrivals) > 2
-    assert max(abs(a - s) for a, s in zip(sorted(srv.arrivals), sent, strict=True)) < 0.1
+    # a clock started before the sample would put every request slow_s late at the server; one request the
+    # server read late (a loaded host: the other test worker runs an engine) must not fail the test, so the
+    # median is what is held
+    lags = sorted(a - s for a, s in zip(sorted(srv.arrivals), sent, strict=True))
+    assert abs(lags[len(lags) // 2]) < 0.1 * slow_s
