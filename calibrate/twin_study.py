@@ -47,6 +47,7 @@ from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
 from calibrate.decode_load import overhead_family, write_scaled
+from calibrate.host_speed import report_part as host_speed_part
 from calibrate.probe_fit import fit_probes
 from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_repeat, calibrated_path
 from calibrate.twin_live import (
@@ -398,6 +399,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
                  "before twin-y; "
                  "live / twin mean decode gap by streaming count)\n",
                  to_markdown(scales), ""]
+    head += host_speed_part(out)
     return "\n".join(head + parts)
 
 
