@@ -118,18 +118,22 @@ def test_vllm_step_log_splits_each_requests_ttft(engine: VllmCpu, tmp_path: Path
     """vLLM's own iteration log, routed to a file with Unix times (live.vllm_steplog): every request's first
     token is matched to the forward that prefilled it, and its TTFT splits into admission, that forward and
     the output path — parts that add up to the TTFT the client measured."""
-    from calibrate.vllm_admission import MATCH_S, split_ttft
+    from calibrate.vllm_admission import split_ttft
     from live.vllm_steplog import read_steps
+    # the study's window (MATCH_S, 100 ms) is for a host that runs nothing else; here the other test worker
+    # shares the two cores and first tokens have streamed 146-190 ms after their forward's log line. A wider
+    # window may pair two workers sent together with each other's forwards; what is asserted holds either way.
+    match_s = 0.5
     trace = small_trace(duration=20.0, seed=4)
     rec = run_live(trace, DispatchConfig(endpoint=engine.url, model="tiny-llama", warmup=2),
                    LiveOptions("steps", engine_log=str(engine.log_path), cold_cache=True), tmp_path / "run")
     assert engine.step_log is not None
     steps = read_steps(engine.step_log)
     assert (steps["ctx_tokens"] > 0).any() and (steps["gen_requests"] > 0).any() and (steps["elapsed_s"] > 0).all()
-    rows = split_ttft(rec, steps)
+    rows = split_ttft(rec, steps, match_s)
     assert len(rows) >= 0.9 * len(rec.requests)
     assert (rows["prefill_s"] > 0).all() and (rows["admission_s"] > 0).all()
-    assert rows["output_s"].between(0, MATCH_S).all()
+    assert rows["output_s"].between(0, match_s).all() and rows["output_s"].median() < 0.1
     parts = rows["admission_s"] + rows["prefill_s"] + rows["output_s"]
     assert (parts - rows["ttft_s"]).abs().max() < 1e-9
     assert "Iteration(" not in engine.log_path.read_text()          # the step lines go to the step log only
