@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis.tables import print_table, to_markdown
 from calibrate.step_log import read_events
-from calibrate.twin_live import CONFIGS, ORDER
+from calibrate.twin_live import CONFIGS, ORDER, calibration_dirs, start_unix
 from calibrate.twin_steplog import has_step_log, step_log, vllm_step_log
 from live.vllm_steplog import read_steps
 from scenarios.errors import ServetwinError
@@ -49,16 +49,24 @@ def decode_forwards(out: Path, label: str) -> pd.DataFrame | None:
     return pd.DataFrame({"t_unix": st["t_unix"].to_numpy(), "s": st["elapsed_s"].to_numpy()})
 
 
+def has_decode_log(out: Path, label: str) -> bool:
+    return has_step_log(out, label) or vllm_step_log(out, label) is not None
+
+
 def served(out: Path, label: str) -> list[tuple[str, str, str, float, float]]:
-    """(what, cell, seed, start_unix, end_unix) of every run the instance served, in the order served."""
-    found = [("warm-up", p) for p in (out / "warm-up" / label).glob("*/seed-*/run.json")]
-    found += [("calibration", p) for p in (out / "calibration" / label).glob("*/seed-*/run.json")]
-    found += [("run", p) for p in (out / "live").glob(f"*/{label}/seed-*/run.json")]
+    """(what, cell, seed, start_unix, end_unix) of every run the instance served, in the order served
+    (study runs kept as failed attempts, ``seed-N.failed-K``, left out)."""
+    dirs = [("warm-up", d) for d in (out / "warm-up" / label).glob("*/seed-*")]
+    dirs += [("calibration", d) for d in calibration_dirs(out, label)]
+    dirs += [("run", d) for d in (out / "live").glob(f"*/{label}/seed-*")]
     rows = []
-    for what, p in found:
-        w = json.loads(p.read_text())["run_window"]
-        cell = p.parents[2].name if what == "run" else p.parents[1].name
-        rows.append((what, cell, p.parent.name, float(w["start_unix"]), float(w["start_unix"]) + float(w["end_s"])))
+    for what, d in dirs:
+        if not d.name.removeprefix("seed-").isdigit() or not (d / "run.json").is_file():
+            continue
+        meta = json.loads((d / "run.json").read_text())
+        start = start_unix(meta, d)
+        cell = d.parents[1].name if what == "run" else d.parent.name
+        rows.append((what, "—" if cell == label else cell, d.name, start, start + float(meta["run_window"]["end_s"])))
     return sorted(rows, key=lambda r: r[3])
 
 
@@ -66,9 +74,10 @@ def instance_table(out: Path, label: str, t0: float) -> pd.DataFrame:
     fw = decode_forwards(out, label)
     if fw is None:
         return pd.DataFrame()
+    t, dur = fw["t_unix"].to_numpy(), fw["s"].to_numpy()
     rows, cal = [], []
     for what, cell, seed, start, end in served(out, label):
-        s = fw["s"].to_numpy()[(fw["t_unix"].to_numpy() >= start) & (fw["t_unix"].to_numpy() < end)]
+        s = dur[(t >= start) & (t < end)]
         if what == "calibration":
             cal.append(s)
         rows.append({"config": label, "what": what, "cell": cell, "seed": seed,
@@ -82,9 +91,9 @@ def instance_table(out: Path, label: str, t0: float) -> pd.DataFrame:
 
 def table(out: Path, config: str | None = None) -> pd.DataFrame:
     """One row per run each instance served (or ``config``'s), instances in the order the study started them."""
-    labels = [config] if config else [c for c in ORDER if (out / "calibration" / c).is_dir()]
     if config and config not in CONFIGS:
         raise ServetwinError(f"--config {config!r}: not a study configuration (one of {', '.join(CONFIGS)})")
+    labels = [config] if config else [c for c in ORDER if (out / "calibration" / c).is_dir()]
     starts = [r[3] for c in labels for r in served(out, c)]
     if not starts:
         raise ServetwinError(f"{out}: no recorded runs of {', '.join(labels)} (is it a twin-study folder?)")
@@ -116,10 +125,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def report_part(out: Path) -> list[str]:
     """The twin report's section (nothing for a study without step logs)."""
-    try:
-        df = table(out)
-    except ServetwinError:
+    if not any(has_decode_log(out, c) for c in ORDER):
         return []
+    df = table(out)
     return [f"## Each instance's speed through the study (median of its decode-only forwards of 1–{MAX_BATCH} "
             "requests, from the engines' step logs, per run against its calibration traces; moved: beyond "
             f"×{MOVED:g} or ÷{MOVED:g}; every run: `python -m calibrate.host_speed OUT`)\n",
