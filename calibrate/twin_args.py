@@ -53,6 +53,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="each instance first serves this many seconds of agent traffic spread over the cells "
                          "(seed 4, in OUT/warm-up; used by no twin) before its calibration traces; default 0: "
                          "none (docs/twin-study.md, \"twin-ai\")")
+    ap.add_argument("--interleave", action="store_true",
+                    help="hold every instance at once and serve the study runs slot by slot (each cell's seed on "
+                         "every configuration, in a rotated order), each instance paused while another serves; by "
+                         "default each instance serves all its runs before the next starts (docs/twin-study.md)")
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=CALIBRATIONS[0],
                     help="which calibration the held-out twin uses: 'instance' scales each instance by its own "
                          "calibration traces, 'engine' by the calibration traces of every instance of its engine, "

@@ -270,3 +270,76 @@ def run_engines(out: Path, seeds: list[int], duration: float, cells: Callable[[]
     for label in later:
         if not serve(out, label, seeds, duration, cells, vllm_steps, warm_up):
             raise RuntimeError(f"{label}: the study's cells are still unknown after every probe")
+
+
+def rotated(k: int) -> tuple[str, ...]:
+    """The configurations in ``ORDER`` rotated by ``k`` (the order of the interleaved study's k-th slot), so that
+    no configuration always serves first or last of a slot."""
+    k %= len(ORDER)
+    return ORDER[k:] + ORDER[:k]
+
+
+def slots(cells: Cells, seeds: list[int]) -> list[tuple[float, float, int]]:
+    """The interleaved study's slots, in the order served: each cell's seeds, cell by cell (the order each
+    instance serves them in a study that runs one instance at a time)."""
+    return [(r, s, seed) for r, s in cells for seed in seeds]
+
+
+def open_instance(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
+                  vllm_steps: bool = False, warm_up: float = 0.0) -> VllmCpu | None:
+    """Start this configuration's instance if it has anything left to serve, serve its probes (if probed and not
+    yet), warm-up and calibration traces, and pause it (``VllmCpu.pause``); None where it has nothing left.
+    An error where the cells are still unknown after its probes."""
+    kind, opts = CONFIGS[label]
+    probe_to, known = pending_probe(out, label), cells()
+    if probe_to is None and known is not None and not pending_runs(out, label, known, seeds, duration, warm_up):
+        return None
+    eng = engine(kind, opts, out / "logs" / f"{label}.log", vllm_steps).start()
+    try:
+        if probe_to is not None:
+            probe(eng.url, "tiny-llama", probe_to, PROBED[label][1], str(eng.log_path))
+            print(f"  {probe_to.relative_to(out)}: probed", file=sys.stderr)
+        known = cells()
+        if known is None:
+            raise ServetwinError(f"{label}: the study's cells are unknown after its probes; the interleaved study "
+                                 f"needs them once {KNEE_PROBES}, first in the order, has been probed")
+        for sc, dest in pending_runs(out, label, known, seeds, duration, warm_up):
+            if not dest.is_relative_to(out / "live"):
+                record_run(eng, label, compile_trace(scenario_from_dict(sc)), dest, out)
+    except BaseException:
+        eng.stop()
+        raise
+    eng.pause()
+    return eng
+
+
+def run_interleaved(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
+                    vllm_steps: bool = False, warm_up: float = 0.0) -> None:
+    """Every configuration's probes and runs with every instance held at once: each instance is started in
+    ``ORDER``, probed, serves its warm-up and calibration traces and is paused (SIGSTOP: no CPU, its memory and
+    caches kept); then the study runs go slot by slot (``slots``), each slot's configurations in a rotated order
+    (``rotated``), each instance continued for its run and paused again. A change of the host's speed over the
+    study then falls on every configuration's runs alike, where one instance at a time (``run_engines``) gives
+    it to whichever instance was serving. Five instances are resident together (about 14 GB here)."""
+    held: dict[str, VllmCpu] = {}
+    try:
+        for label in ORDER:
+            if (eng := open_instance(out, label, seeds, duration, cells, vllm_steps, warm_up)) is not None:
+                held[label] = eng
+        known = cells()
+        assert known is not None                      # open_instance raises while it is not
+        for k, (r, s, seed) in enumerate(slots(known, seeds)):
+            for label in rotated(k):
+                dest = out / "live" / cell(r, s) / label / f"seed-{seed}"
+                if label not in held or (dest / "run.json").is_file():
+                    continue
+                held[label].resume()
+                try:
+                    record_run(held[label], label, compile_trace(scenario_from_dict(scenario(r, s, duration, seed))),
+                               dest, out)
+                finally:
+                    held[label].pause()
+    finally:
+        for eng in held.values():
+            eng.stop()
+

@@ -65,6 +65,7 @@ from calibrate.twin_live import (
     probe_dirs,
     require_recorded,
     run_engines,
+    run_interleaved,
     scenario,
 )
 from calibrate.twin_own_scale import (
@@ -87,7 +88,7 @@ from calibrate.twin_steplog import (
     with_own_latencies,
     with_prefill_scale,
 )
-from calibrate.twin_tables import client_table, fit_table, host_cpus, keeps_pace_table
+from calibrate.twin_tables import client_table, fit_table, host_cpus, keeps_pace_table, serving_order
 from calibrate.twin_targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
@@ -352,7 +353,8 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         what += "; SGLang's front-end and output-path latencies as its step logs measured"
         if any(vllm_step_log(out, label) for label in CONFIGS):
             what += ", vLLM's front-end loop as its step logs measured"
-    head = [f"Host CPU of the live runs: {host_cpus([r.meta for rs in lives.values() for r in rs])}\n",
+    metas = [r.meta for rs in lives.values() for r in rs]
+    head = [f"Host CPU of the live runs: {host_cpus(metas)}\n", f"Study runs served: {serving_order(metas)}\n",
             f"## Targets ({what})\n"]
     if not table.empty:
         by, tracking_part = met_counts(table), []
@@ -426,7 +428,8 @@ def study(a: argparse.Namespace) -> int:
     if a.report_only:
         require_recorded(out, seeds, duration, cells())
     else:
-        run_engines(out, seeds, duration, cells, a.vllm_step_log, a.warm_up)   # each instance: probes, then runs
+        serve_all = run_interleaved if a.interleave else run_engines
+        serve_all(out, seeds, duration, cells, a.vllm_step_log, a.warm_up)   # each instance: probes, then runs
     fit_family(out, "vllm")
     fit_family(out, "sglang", a.path_latencies)
     conditions = cells()

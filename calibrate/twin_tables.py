@@ -78,3 +78,22 @@ def fit_table(profiles: dict[str, Path]) -> pd.DataFrame:
             rows.append({"profile": what, "observations": fit.get("observations"), "r2": fit.get("r2"),
                          "mape": fit.get("mape"), "at_bound": ", ".join(fit.get("at_bound") or []) or "none"})
     return pd.DataFrame(rows)
+
+
+def serving_order(metas: list[dict[str, Any]]) -> str:
+    """How the study runs were served, from their records: "interleaved" where two configurations' runs
+    overlap in time (``--interleave``: each instance paused while another served), else one instance after
+    another. Runs without a recorded start are left out."""
+    spans: dict[str, tuple[float, float]] = {}
+    for m in metas:
+        start = (m.get("run_window") or {}).get("start_unix")
+        if start is None:
+            continue
+        lo, hi = spans.get(m["engine"], (start, start))
+        spans[m["engine"]] = (min(lo, start), max(hi, start))
+    ordered = sorted(spans.values())
+    if any(b[0] < a[1] for a, b in zip(ordered, ordered[1:], strict=False)):
+        return ("interleaved (each instance paused while another served; slot by slot, each cell's seed on every "
+                "configuration)")
+    return "one instance at a time (each served all its runs before the next started)"
+

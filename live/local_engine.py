@@ -70,6 +70,7 @@ class VllmCpu:
     log_path: Path = field(default_factory=lambda: Path("vllm-engine.log"))
     extra: list[str] = field(default_factory=list)
     _proc: subprocess.Popen[bytes] | None = None
+    _paused: bool = False
     step_log: Path | None = None      # vLLM: every iteration's batch and forward time to this file (live.vllm_steplog)
 
     @property
@@ -130,9 +131,23 @@ class VllmCpu:
         raise EngineError(f"{type(self).__name__} did not become healthy within {timeout_s:.0f} s "
                           f"(log: {self.log_path})")
 
+    def pause(self) -> None:
+        """Stop every process of the instance (SIGSTOP to its process group) so that it takes no CPU while
+        another instance serves; its memory, caches and port stay. ``resume`` continues it."""
+        if self.pid is not None:
+            os.killpg(self.pid, signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self) -> None:
+        """Continue a paused instance (SIGCONT to its process group); nothing where it is not paused."""
+        if self.pid is not None and self._paused:
+            os.killpg(self.pid, signal.SIGCONT)
+        self._paused = False
+
     def stop(self) -> None:
         if self._proc is None or self._proc.poll() is not None:
             return
+        self.resume()                         # a stopped process group would take SIGINT only once continued
         os.killpg(self._proc.pid, signal.SIGINT)
         try:
             self._proc.wait(timeout=30)

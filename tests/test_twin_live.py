@@ -26,6 +26,12 @@ class FakeEngine:
     def stop(self) -> None:
         self.events.append(("stop", self.label))
 
+    def pause(self) -> None:
+        self.events.append(("pause", self.label))
+
+    def resume(self) -> None:
+        self.events.append(("resume", self.label))
+
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
@@ -256,3 +262,85 @@ def test_vllm_instances_log_their_iterations_when_asked(tmp_path: Path, fake: li
     assert off.step_log is None and "--enable-logging-iteration-details" not in off.argv()
     sgl = tl.engine("sglang", tl.CONFIGS["sglang-lpm"][1], tmp_path / "logs" / "sglang-lpm.log")
     assert sgl.step_log == tmp_path / "logs" / "sglang-lpm.steps"
+
+
+def running(events: list[tuple[str, ...]]) -> list[tuple[tuple[str, ...], set[str]]]:
+    """Each run with the instances that were started and neither paused nor stopped while it ran."""
+    up: set[str] = set()
+    got = []
+    for e in events:
+        if e[0] in ("start", "resume"):
+            up.add(e[1])
+        elif e[0] in ("pause", "stop"):
+            up.discard(e[1])
+        elif e[0] == "run":
+            got.append((e, set(up)))
+    return got
+
+
+def test_an_interleaved_study_holds_every_instance_and_serves_the_runs_slot_by_slot(
+        tmp_path: Path, fake: list[tuple[str, ...]]) -> None:
+    """--interleave: each instance is started once, in ORDER, serves its probes and calibration traces and is
+    paused; then each slot (a cell's seed) runs on every configuration, the order rotated from slot to slot,
+    with only the serving instance running; every instance is stopped at the end."""
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9], [1.1, 0.9]]}))
+    tl.run_interleaved(tmp_path, [1, 2], 45.0, ts.study_cells(tmp_path, quick=False, rate=None))
+    starts = [e[1] for e in fake if e[0] == "start"]
+    assert starts == list(tl.ORDER)
+    first_study_run = next(i for i, e in enumerate(fake) if e[0] == "run" and e[3].startswith("live/"))
+    assert all(e[0] != "start" for e in fake[first_study_run:])          # every instance held from the start
+    calibration = [e for e in fake[:first_study_run] if e[0] == "run"]
+    assert [e[1] for e in calibration] == [label for label in tl.ORDER for _ in range(2)]
+    study = [e for e in fake if e[0] == "run" and e[3].startswith("live/")]
+    slots = [(cell, seed) for cell in ("rate0.6-sigma0.9", "rate1.1-sigma0.9") for seed in ("seed-1", "seed-2")]
+    assert [(e[3].split("/")[1], e[2]) for e in study] == [s for s in slots for _ in tl.ORDER]
+    assert [e[1] for e in study] == [label for k in range(4) for label in tl.ORDER[k:] + tl.ORDER[:k]]
+    for e, up in running(fake):
+        assert up == {e[1]}                       # the serving instance alone runs: every other one is paused
+    assert sorted(e[1] for e in fake if e[0] == "stop") == sorted(tl.ORDER)
+    assert fake[-len(tl.ORDER):] == [("stop", label) for label in tl.ORDER]
+    fake.clear()
+    tl.run_interleaved(tmp_path, [1, 2], 45.0, ts.study_cells(tmp_path, quick=False, rate=None))
+    assert fake == []                                       # everything recorded: no engine is started
+
+
+def test_an_interleaved_study_interrupted_stops_every_instance_and_resumes_what_is_left(
+        tmp_path: Path, fake: list[tuple[str, ...]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in the middle of the study runs: every held instance is stopped, what was recorded stays, and
+    the study resumed serves only the runs left, on fresh instances of the configurations that have them."""
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9]]}))
+    cells = ts.study_cells(tmp_path, quick=False, rate=None)
+    faked_run = tl.run_live
+    served = []
+
+    def interrupted(trace: Any, cfg: Any, opts: Any, dest: Path) -> Any:
+        if dest.parts[-4] == "live":
+            if len(served) == 2:
+                raise KeyboardInterrupt
+            served.append(dest)
+        return faked_run(trace, cfg, opts, dest)
+    monkeypatch.setattr(tl, "run_live", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tl.run_interleaved(tmp_path, [1], 45.0, cells)
+    assert sorted(e[1] for e in fake if e[0] == "stop") == sorted(tl.ORDER)
+    left = [label for label in tl.ORDER if not (tmp_path / "live" / "rate0.6-sigma0.9" / label / "seed-1"
+                                                / "run.json").is_file()]
+    assert len(left) == 3
+    fake.clear()
+    monkeypatch.setattr(tl, "run_live", faked_run)
+    tl.run_interleaved(tmp_path, [1], 45.0, cells)
+    assert [e[1] for e in fake if e[0] == "start"] == left
+    assert [e[3] for e in fake if e[0] == "run"] == [f"live/rate0.6-sigma0.9/{label}/seed-1" for label in left]
+
+
+def test_the_report_says_how_the_runs_were_served() -> None:
+    """One instance after another unless two configurations' runs overlap in time."""
+    from calibrate.twin_tables import serving_order
+
+    def meta(label: str, start: float) -> dict[str, Any]:
+        return {"engine": label, "run_window": {"start_unix": start}}
+    serial = [meta("a", 0.0), meta("a", 50.0), meta("b", 100.0), meta("b", 150.0), {"engine": "c"}]
+    assert serving_order(serial).startswith("one instance at a time")
+    assert serving_order([meta("a", 0.0), meta("b", 50.0), meta("a", 100.0), meta("b", 150.0)]).startswith(
+        "interleaved")
+

@@ -1,0 +1,56 @@
+"""A local engine instance paused and continued: every process of its group stops taking CPU and comes
+back, and a paused instance still stops cleanly (a process stands in for the engine)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from live.local_engine import VllmCpu
+
+CHILD = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+         "time.sleep(60)")
+
+
+def states(pgid: int) -> set[str]:
+    """The scheduler states (/proc/<pid>/stat) of every process in the group."""
+    got = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            got.add(fields[0])
+    return got
+
+
+def wait_for(pgid: int, want: set[str]) -> set[str]:
+    """The group's states once they are ``want`` (a signal is delivered asynchronously), or after 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and states(pgid) != want:
+        time.sleep(0.05)
+    return states(pgid)
+
+
+def test_a_paused_instance_stops_all_its_processes_and_resumes_and_stops(tmp_path: Path) -> None:
+    eng = VllmCpu(Path("model"), log_path=tmp_path / "engine.log")
+    eng._proc = subprocess.Popen([sys.executable, "-c", CHILD], start_new_session=True)
+    pid = eng._proc.pid
+    try:
+        time.sleep(0.5)                                   # its child started
+        assert wait_for(pid, {"S"}) == {"S"}
+        eng.pause()
+        assert wait_for(pid, {"T"}) == {"T"}           # the parent and its child stopped
+        eng.resume()
+        assert wait_for(pid, {"S"}) == {"S"}
+        eng.pause()
+        started = time.monotonic()
+        eng.stop()                                        # continued first, then interrupted: no 30-s wait
+        assert eng._proc.poll() is not None and time.monotonic() - started < 10
+        eng.resume()                                      # nothing to continue once stopped
+    finally:
+        eng.kill()
+        subprocess.run(["pkill", "-KILL", "-g", str(pid)], check=False)
