@@ -282,7 +282,7 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
     for scale, sharing, seed, when, where in runs:
         shared = served(f"{sharing:g}-{seed}", scale)
         trace = compile_trace(scenario_from_dict(scenario(0.4, sharing, duration, seed)))
-        for label, (kind, opts) in CONFIGS.items():
+        for i, (label, (kind, opts)) in enumerate(CONFIGS.items()):
             apart = (calibrated_apart or {}).get(label) if seed == 0 else None
             profile = served(f"{sharing:g}-{seed}-{label}", apart) if apart is not None else shared
             if kind == "vllm":
@@ -295,7 +295,7 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
                 rec = simulate(trace, "sglang-current", str(profile), "tiny-llama", over, context=8192,
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})
-            rec.meta["run_window"]["start_unix"] = 1.8e9 + when      # served in seed order
+            rec.meta["run_window"]["start_unix"] = 1.8e9 + when + 10.0 * i    # seed by seed, as --interleave
             rec.meta["host"] = {"cpu": {"model_name": "Example Xeon", "isa": ["avx2", "avx512f"]}} if seed == 2 else {}
             write_run(rec, where(label))
 
@@ -354,6 +354,8 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     report = summarise(tmp_path, [(0.4, 0.9)])
     first, rest = report.split("\n", 1)        # which CPUs measured: seed 2 names its CPU, seed 1 did not
     assert first == "Host CPU of the live runs: Example Xeon (avx2, avx512f): 5 runs; not recorded: 5 runs"
+    served, rest = rest.lstrip().split("\n", 1)      # every configuration's seed 1 served before any seed 2
+    assert served.startswith("Study runs served: interleaved (each instance paused while another served")
     assert rest.lstrip().startswith("## Targets") and "keeps pace" in report and "decomposition φ" in report
     section = report.split("## Decode scale")[1].split("\n## ")[0]
     scales = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
