@@ -320,7 +320,8 @@ def run_interleaved(out: Path, seeds: list[int], duration: float, cells: Callabl
     caches kept); then the study runs go slot by slot (``slots``), each slot's configurations in a rotated order
     (``rotated``), each instance continued for its run and paused again. A change of the host's speed over the
     study then falls on every configuration's runs alike, where one instance at a time (``run_engines``) gives
-    it to whichever instance was serving. Five instances are resident together (about 14 GB here)."""
+    it to whichever instance was serving. Five instances are resident together (11 GB in use on the 2-core
+    Xeon of ``twin-am``)."""
     held: dict[str, VllmCpu] = {}
     try:
         for label in ORDER:
