@@ -10,8 +10,10 @@ from pathlib import Path
 
 from live.local_engine import VllmCpu
 
-CHILD = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-         "time.sleep(60)")
+# SIGINT handled as the engines' servers handle it (they install their own handler): a test run started in the
+# background by a shell inherits SIGINT ignored, which Python then keeps
+CHILD = ("import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
 
 
 def states(pgid: int) -> set[str]:
