@@ -57,6 +57,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="hold every instance at once and serve the study runs slot by slot (each cell's seed on "
                          "every configuration, in a rotated order), each instance paused while another serves; by "
                          "default each instance serves all its runs before the next starts (docs/twin-study.md)")
+    ap.add_argument("--calibration-slots", action="store_true",
+                    help="with --interleave: serve each cell's calibration traces as a slot of their own, on every "
+                         "configuration, just before that cell's study slots, instead of all of them before the "
+                         "first slot (docs/twin-study.md, \"twin-ar\")")
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=CALIBRATIONS[0],
                     help="which calibration the held-out twin uses: 'instance' scales each instance by its own "
                          "calibration traces, 'engine' by the calibration traces of every instance of its engine, "
@@ -69,8 +73,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "against this study's, in the simulator's place (repeatable)")
 
 
-def bad_repeat(a: argparse.Namespace) -> str | None:
-    """Why a --repeat-of folder cannot be used, or None."""
+def bad_options(a: argparse.Namespace) -> str | None:
+    """Why the options cannot be used together (a --repeat-of folder, --calibration-slots without --interleave),
+    or None."""
+    if getattr(a, "calibration_slots", False) and not a.interleave:
+        return ("--calibration-slots: only with --interleave (a study that runs one instance at a time serves each "
+                "instance's calibration traces just before its runs already)")
     for rep in a.repeat_of:
         if Path(rep).resolve() == Path(a.out).resolve():
             return f"--repeat-of {rep}: that is the study itself (--out); give another study's folder"

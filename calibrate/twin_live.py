@@ -279,17 +279,28 @@ def rotated(k: int) -> tuple[str, ...]:
     return ORDER[k:] + ORDER[:k]
 
 
-def slots(cells: Cells, seeds: list[int]) -> list[tuple[float, float, int]]:
+def slots(cells: Cells, seeds: list[int], calibration_slots: bool = False) -> list[tuple[float, float, int]]:
     """The interleaved study's slots, in the order served: each cell's seeds, cell by cell (the order each
-    instance serves them in a study that runs one instance at a time)."""
-    return [(r, s, seed) for r, s in cells for seed in seeds]
+    instance serves them in a study that runs one instance at a time); with ``calibration_slots``, each cell's
+    seeds after a slot of its calibration traces (seed ``CALIBRATION_SEED``)."""
+    first = [CALIBRATION_SEED] if calibration_slots else []
+    return [(r, s, seed) for r, s in cells for seed in first + seeds]
+
+
+def slot_run(out: Path, label: str, r: float, s: float, seed: int, duration: float,
+             cells: Cells) -> tuple[dict[str, Any], Path]:
+    """What one configuration serves in a slot: the cell's study seed, or its calibration trace."""
+    if seed == CALIBRATION_SEED:
+        return calibration_scenario(r, s, CALIBRATION_S / len(cells)), calibration_dir(out, label, cell(r, s))
+    return scenario(r, s, duration, seed), out / "live" / cell(r, s) / label / f"seed-{seed}"
 
 
 def open_instance(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
-                  vllm_steps: bool = False, warm_up: float = 0.0) -> VllmCpu | None:
+                  vllm_steps: bool = False, warm_up: float = 0.0, calibration_slots: bool = False) -> VllmCpu | None:
     """Start this configuration's instance if it has anything left to serve, serve its probes (if probed and not
-    yet), warm-up and calibration traces, and pause it (``VllmCpu.pause``); None where it has nothing left.
-    An error where the cells are still unknown after its probes."""
+    yet), warm-up and — unless ``calibration_slots`` leaves them to the slots — calibration traces, and pause it
+    (``VllmCpu.pause``); None where it has nothing left. An error where the cells are still unknown after its
+    probes."""
     kind, opts = CONFIGS[label]
     probe_to, known = pending_probe(out, label), cells()
     if probe_to is None and known is not None and not pending_runs(out, label, known, seeds, duration, warm_up):
@@ -303,8 +314,9 @@ def open_instance(out: Path, label: str, seeds: list[int], duration: float, cell
         if known is None:
             raise ServetwinError(f"{label}: the study's cells are unknown after its probes; the interleaved study "
                                  f"needs them once {KNEE_PROBES}, first in the order, has been probed")
+        later = [out / "live"] + ([out / "calibration"] if calibration_slots else [])
         for sc, dest in pending_runs(out, label, known, seeds, duration, warm_up):
-            if not dest.is_relative_to(out / "live"):
+            if not any(dest.is_relative_to(d) for d in later):
                 record_run(eng, label, compile_trace(scenario_from_dict(sc)), dest, out)
     except BaseException:
         eng.stop()
@@ -314,30 +326,33 @@ def open_instance(out: Path, label: str, seeds: list[int], duration: float, cell
 
 
 def run_interleaved(out: Path, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
-                    vllm_steps: bool = False, warm_up: float = 0.0) -> None:
+                    vllm_steps: bool = False, warm_up: float = 0.0, calibration_slots: bool = False) -> None:
     """Every configuration's probes and runs with every instance held at once: each instance is started in
     ``ORDER``, probed, serves its warm-up and calibration traces and is paused (SIGSTOP: no CPU, its memory and
     caches kept); then the study runs go slot by slot (``slots``), each slot's configurations in a rotated order
     (``rotated``), each instance continued for its run and paused again. A change of the host's speed over the
     study then falls on every configuration's runs alike, where one instance at a time (``run_engines``) gives
     it to whichever instance was serving. Five instances are resident together (11 GB in use on the 2-core
-    Xeon of ``twin-am``)."""
+    Xeon of ``twin-am``). With ``calibration_slots`` the calibration traces are slots too: each cell's, on every
+    configuration, just before that cell's study slots, so the calibration spans the study's time as its runs
+    do (``twin-am`` and ``twin-aq`` served them all first, and the host changed speed after them)."""
     held: dict[str, VllmCpu] = {}
     try:
         for label in ORDER:
-            if (eng := open_instance(out, label, seeds, duration, cells, vllm_steps, warm_up)) is not None:
+            eng = open_instance(out, label, seeds, duration, cells, vllm_steps, warm_up, calibration_slots)
+            if eng is not None:
                 held[label] = eng
         known = cells()
         assert known is not None                      # open_instance raises while it is not
-        for k, (r, s, seed) in enumerate(slots(known, seeds)):
+        for k, (r, s, seed) in enumerate(slots(known, seeds, calibration_slots)):
             for label in rotated(k):
-                dest = out / "live" / cell(r, s) / label / f"seed-{seed}"
-                if label not in held or (dest / "run.json").is_file():
+                sc, dest = slot_run(out, label, r, s, seed, duration, known)
+                if label not in held or (dest / "run.json").is_file() or (
+                        seed == CALIBRATION_SEED and single_trace_calibration(out, label)):
                     continue
                 held[label].resume()
                 try:
-                    record_run(held[label], label, compile_trace(scenario_from_dict(scenario(r, s, duration, seed))),
-                               dest, out)
+                    record_run(held[label], label, compile_trace(scenario_from_dict(sc)), dest, out)
                 finally:
                     held[label].pause()
     finally:

@@ -49,7 +49,7 @@ from calibrate.compare import compare
 from calibrate.decode_load import overhead_family, write_scaled
 from calibrate.host_speed import report_part as host_speed_part
 from calibrate.probe_fit import fit_probes
-from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_repeat, calibrated_path
+from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_options, calibrated_path
 from calibrate.twin_live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
@@ -67,6 +67,7 @@ from calibrate.twin_live import (
     run_engines,
     run_interleaved,
     scenario,
+    served_at,
 )
 from calibrate.twin_own_scale import (
     RunScale,
@@ -354,7 +355,9 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
         if any(vllm_step_log(out, label) for label in CONFIGS):
             what += ", vLLM's front-end loop as its step logs measured"
     metas = [r.meta for rs in lives.values() for r in rs]
-    head = [f"Host CPU of the live runs: {host_cpus(metas)}\n", f"Study runs served: {serving_order(metas)}\n",
+    calibrated_at = [served_at(d) for label in CONFIGS for d in calibration_dirs(out, label)]
+    head = [f"Host CPU of the live runs: {host_cpus(metas)}\n",
+            f"Study runs served: {serving_order(metas, calibrated_at)}\n",
             f"## Targets ({what})\n"]
     if not table.empty:
         by, tracking_part = met_counts(table), []
@@ -409,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(ap)
     a = ap.parse_args(argv)
-    if (why := bad_repeat(a)) is not None:
+    if (why := bad_options(a)) is not None:
         ap.error(why)
     try:
         return study(a)
@@ -428,8 +431,10 @@ def study(a: argparse.Namespace) -> int:
     if a.report_only:
         require_recorded(out, seeds, duration, cells())
     else:
-        serve_all = run_interleaved if a.interleave else run_engines
-        serve_all(out, seeds, duration, cells, a.vllm_step_log, a.warm_up)   # each instance: probes, then runs
+        if a.interleave:
+            run_interleaved(out, seeds, duration, cells, a.vllm_step_log, a.warm_up, a.calibration_slots)
+        else:
+            run_engines(out, seeds, duration, cells, a.vllm_step_log, a.warm_up)  # each instance: probes, then runs
     fit_family(out, "vllm")
     fit_family(out, "sglang", a.path_latencies)
     conditions = cells()

@@ -80,10 +80,12 @@ def fit_table(profiles: dict[str, Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def serving_order(metas: list[dict[str, Any]]) -> str:
+def serving_order(metas: list[dict[str, Any]], calibration_starts: list[float] | None = None) -> str:
     """How the study runs were served, from their records: "interleaved" where two configurations' runs
     overlap in time (``--interleave``: each instance paused while another served), else one instance after
-    another. Runs without a recorded start are left out."""
+    another; interleaved, whether calibration traces (``calibration_starts``: when each began) were served
+    among the study runs (``--calibration-slots``) or all before them. Runs without a recorded start are left
+    out."""
     spans: dict[str, tuple[float, float]] = {}
     for m in metas:
         start = (m.get("run_window") or {}).get("start_unix")
@@ -93,7 +95,10 @@ def serving_order(metas: list[dict[str, Any]]) -> str:
         spans[m["engine"]] = (min(lo, start), max(hi, start))
     ordered = sorted(spans.values())
     if any(b[0] < a[1] for a, b in zip(ordered, ordered[1:], strict=False)):
+        first = min(lo for lo, _ in ordered)
+        where = ("each cell's calibration traces a slot of their own before its study slots" if
+                 any(t > first for t in calibration_starts or []) else "every calibration trace before the first slot")
         return ("interleaved (each instance paused while another served; slot by slot, each cell's seed on every "
-                "configuration)")
+                f"configuration; {where})")
     return "one instance at a time (each served all its runs before the next started)"
 

@@ -304,6 +304,42 @@ def test_an_interleaved_study_holds_every_instance_and_serves_the_runs_slot_by_s
     assert fake == []                                       # everything recorded: no engine is started
 
 
+def test_calibration_slots_serve_each_cells_calibration_traces_just_before_its_study_slots(
+        tmp_path: Path, fake: list[tuple[str, ...]]) -> None:
+    """--interleave --calibration-slots: each instance serves its probes and warm-up before it is paused, and
+    its calibration trace of a cell in a slot of its own, on every configuration, just before that cell's
+    study slots; the rotation runs over every slot."""
+    (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9], [1.1, 0.9]]}))
+    tl.run_interleaved(tmp_path, [1, 2], 45.0, ts.study_cells(tmp_path, quick=False, rate=None), warm_up=30.0,
+                       calibration_slots=True)
+    runs = [e for e in fake if e[0] == "run"]
+    first_slot = next(i for i, e in enumerate(runs) if not e[3].startswith("warm-up/"))
+    assert all(e[3].startswith("warm-up/") for e in runs[:first_slot])
+    assert [e[1] for e in runs[:first_slot]] == [label for label in tl.ORDER for _ in range(2)]
+    assert all(e[0] != "start" for e in fake[fake.index(runs[first_slot]):])
+    served = [(e[3].split("/")[0], e[3].split("/")[1 if e[3].startswith("live/") else 2], e[2])
+              for e in runs[first_slot:]]
+    slots = [(what, c, seed) for c in ("rate0.6-sigma0.9", "rate1.1-sigma0.9")
+             for what, seed in (("calibration", "seed-0"), ("live", "seed-1"), ("live", "seed-2"))]
+    assert served == [s for s in slots for _ in tl.ORDER]
+    assert [e[1] for e in runs[first_slot:]] == [label for k in range(6) for label in tl.ORDER[k:] + tl.ORDER[:k]]
+    assert {e[4] for e in runs[first_slot:] if e[3].startswith("calibration/")} == {tl.CALIBRATION_S / 2}
+    for e, up in running(fake):
+        assert up == {e[1]}
+    fake.clear()
+    tl.run_interleaved(tmp_path, [1, 2], 45.0, ts.study_cells(tmp_path, quick=False, rate=None), warm_up=30.0,
+                       calibration_slots=True)
+    assert fake == []
+
+
+def test_calibration_slots_need_an_interleaved_study(tmp_path: Path) -> None:
+    """--calibration-slots without --interleave is refused with one line saying why."""
+    from calibrate.twin_study import main
+    with pytest.raises(SystemExit) as err:
+        main(["--out", str(tmp_path), "--calibration-slots", "--report-only"])
+    assert err.value.code == 2
+
+
 def test_an_interleaved_study_interrupted_stops_every_instance_and_resumes_what_is_left(
         tmp_path: Path, fake: list[tuple[str, ...]], monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C in the middle of the study runs: every held instance is stopped, what was recorded stays, and
@@ -341,6 +377,8 @@ def test_the_report_says_how_the_runs_were_served() -> None:
         return {"engine": label, "run_window": {"start_unix": start}}
     serial = [meta("a", 0.0), meta("a", 50.0), meta("b", 100.0), meta("b", 150.0), {"engine": "c"}]
     assert serving_order(serial).startswith("one instance at a time")
-    assert serving_order([meta("a", 0.0), meta("b", 50.0), meta("a", 100.0), meta("b", 150.0)]).startswith(
-        "interleaved")
+    interleaved = [meta("a", 0.0), meta("b", 50.0), meta("a", 100.0), meta("b", 150.0)]
+    assert serving_order(interleaved).startswith("interleaved")
+    assert serving_order(interleaved, [-60.0, -30.0]).endswith("every calibration trace before the first slot)")
+    assert serving_order(interleaved, [-60.0, 75.0]).endswith("a slot of their own before its study slots)")
 
