@@ -287,9 +287,9 @@ def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
 
 
 def cmd_twin_study(a: argparse.Namespace) -> int:
-    from calibrate.twin_args import bad_repeat
+    from calibrate.twin_args import bad_options
     from calibrate.twin_study import study
-    if (why := bad_repeat(a)) is not None:
+    if (why := bad_options(a)) is not None:
         raise SpecError(why)
     return study(a)
 

@@ -347,7 +347,7 @@ def test_an_interleaved_study_interrupted_stops_every_instance_and_resumes_what_
     (tmp_path / "conditions.json").write_text(json.dumps({"knee": 1.0, "conditions": [[0.6, 0.9]]}))
     cells = ts.study_cells(tmp_path, quick=False, rate=None)
     faked_run = tl.run_live
-    served = []
+    served: list[Path] = []
 
     def interrupted(trace: Any, cfg: Any, opts: Any, dest: Path) -> Any:
         if dest.parts[-4] == "live":
