@@ -50,10 +50,12 @@ $(ENGINE_VENV)/.installed:
 # its CPU requirements; the sgl_kernel stand-in (live/sglang_cpu) goes on PYTHONPATH at launch.
 SGLANG_VENV ?= .engine-sglang
 .PHONY: engine-sglang twin-study
-# The two-engine study on this machine, live and simulated (42 minutes on a 2-core AMD EPYC, capacity search
-# included, 71 on one without AVX-512; about 6.5 per configuration for its live runs on the first; docs/twin-study.md; TWIN_FLAGS=--quick for one cell).
+# The two-engine study on this machine, live and simulated (41-47 minutes on a 2-core CPU with AVX-512, capacity
+# search included, 69-73 on one without it; docs/twin-study.md; TWIN_FLAGS=--quick for one cell). TWIN_PROTOCOL
+# holds the options every study reported since twin-aj ran with: vLLM's step log and a 30-s warm-up per instance.
+TWIN_PROTOCOL ?= --vllm-step-log --warm-up 30
 twin-study: $(STAMP) engine engine-sglang
-	$(BIN)/servetwin twin-study --out out/twin $(TWIN_FLAGS)
+	$(BIN)/servetwin twin-study --out out/twin $(TWIN_PROTOCOL) $(TWIN_FLAGS)
 
 engine-sglang: $(SGLANG_VENV)/.installed
 
