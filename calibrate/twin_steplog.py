@@ -38,7 +38,7 @@ from calibrate.engine_steps import prefill_scale, sglang_cost
 from calibrate.lone_prefill import lone_prefill_scale
 from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
 from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dirs
-from calibrate.vllm_front_end import fit_loop
+from calibrate.vllm_front_end import FrontEndFit, fit_loop
 from live.vllm_steplog import read_steps
 from simulator.profiles import load_hardware
 
@@ -125,21 +125,39 @@ def with_front_end(out: Path, label: str, profile: Path) -> Path:
     """A vLLM instance's base profile: ``profile`` (its family's probe fit) with the instance's front-end loop
     — its time per step and the spacing of a step's streams — fitted on its calibration traces and step log
     (``calibrate.vllm_front_end``), at ``OUT/profiles/front-end/<label>.yaml``; ``profile`` itself without a
-    step log or with too few requests. Its decode and prefill scales are then measured on top of it."""
+    step log. Where its own traces have too few requests to fit (a slow host: few reach an idle engine in one
+    forward), the loop of the study's other vLLM instance: the loop is the API server's, the same build on the
+    same host whatever the chunk budget. Its decode and prefill scales are then measured on top of it."""
+    if vllm_step_log(out, label) is None:
+        return profile
+    others = [other for other in CONFIGS if other != label and vllm_step_log(out, other) is not None]
+    for source in (label, *others):
+        got = instance_loop(out, source, profile)
+        if got is not None:
+            fit, family, basis = got
+            if source != label:
+                basis += f"; {label}'s own calibration traces had too few requests to fit"
+            return write_measured(profile, out / "profiles" / "front-end" / f"{label}.yaml", family,
+                                  {"front_end_step_s": (fit.step_s, basis),
+                                   "stream_chunk_s": (fit.chunk_s, f"{basis}; output path per stream position")})
+    return profile
+
+
+def instance_loop(out: Path, label: str, profile: Path) -> tuple[FrontEndFit, str, str] | None:
+    """A vLLM instance's front-end loop fitted on its calibration traces and step log, with its engine family
+    and where it was measured; None without them or with too few requests."""
     log, cal = vllm_step_log(out, label), calibration_dirs(out, label)
     if log is None or not cal:
-        return profile
+        return None
     steps = read_steps(log)
     runs = [(read_run(d), steps) for d in cal]
     fit = fit_loop(runs, str(profile), MODEL)
     if fit is None:
-        return profile
+        return None
     basis = (f"{cal[0].parent.parent.relative_to(out)}: step log, time lost to missed forwards per busy "
              f"request {fit.live_lost_s * 1000:.2f} ms live, {fit.twin_lost_s * 1000:.2f} ms twin "
              f"({fit.idle} idle, {fit.busy} busy requests)")
-    return write_measured(profile, out / "profiles" / "front-end" / f"{label}.yaml", overhead_family(runs[0][0]),
-                          {"front_end_step_s": (fit.step_s, basis),
-                           "stream_chunk_s": (fit.chunk_s, f"{basis}; output path per stream position")})
+    return fit, overhead_family(runs[0][0]), basis
 
 
 def with_own_latencies(out: Path, label: str, profile: Path) -> Path:

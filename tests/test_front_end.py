@@ -56,7 +56,7 @@ def test_a_busy_front_end_delays_admissions_and_streams_tokens_in_turn(small_tra
     assert busy.equals(again)
 
 
-def _instance_run(tmp_path, step_s: float, chunk_s: float):  # type: ignore[no-untyped-def]
+def _instance_run(tmp_path, step_s: float, chunk_s: float, seconds: float = 30.0):  # type: ignore[no-untyped-def]
     """A 'live' vLLM run that is a simulation with a 6 ms front end whose loop takes ``step_s`` on each
     step's outputs and streams them ``chunk_s`` apart, and its step log as vLLM writes it (each line when
     the loop is done with the step); and the profile without the loop."""
@@ -66,7 +66,7 @@ def _instance_run(tmp_path, step_s: float, chunk_s: float):  # type: ignore[no-u
     from scenarios import compile_trace, scenario_from_dict
     profile = write_measured(load_hardware("cpu-base").path, tmp_path / "p.yaml", "vllm-v1",
                              {"request_s": (0.006, "test")})
-    trace = compile_trace(scenario_from_dict(scenario(0.66, 0.9, 30.0, 0)))
+    trace = compile_trace(scenario_from_dict(scenario(0.66, 0.9, seconds, 0)))
     log: list = []
     hw = with_params(load_hardware(str(profile)), "vllm-v1", {"front_end_step_s": step_s, "stream_chunk_s": chunk_s})
     rec = simulate(trace, "vllm-v1", hw, "tiny-llama", {"block_size": 32}, context=8192, step_log=log)
@@ -128,6 +128,40 @@ def test_a_study_puts_a_vllm_instances_measured_loop_in_its_base_profile(tmp_pat
     assert ovh.stream_chunk_s == pytest.approx(0.0004, abs=2e-5)
     write_run(rec, calibration_dir(out, "vllm-nochunk", "rate0.66-sigma0.9"))
     assert with_front_end(out, "vllm-nochunk", Path(profile)) == Path(profile)      # no step log
+
+
+def test_an_instance_whose_traces_are_too_few_to_fit_takes_the_other_vllm_instances_loop(tmp_path):
+    """Both vLLM instances logged their steps; vLLM unchunked's calibration trace is too short to fit a loop
+    (fewer than 10 requests reached an idle engine): its base profile carries the loop vLLM 512's trace
+    measured, and says where it came from. Alone, it keeps its family's profile."""
+    import shutil
+
+    from analysis.records import write_run
+    from calibrate.twin_live import calibration_dir
+    from calibrate.twin_steplog import with_front_end
+    from calibrate.vllm_front_end import fit_loop
+    out = tmp_path / "study"
+    (out / "logs").mkdir(parents=True)
+    (tmp_path / "short").mkdir()
+    short, short_steps, profile = _instance_run(tmp_path / "short", 0.0, 0.0, seconds=10.0)
+    assert fit_loop([(short, short_steps)], profile) is None
+    short.meta.update({"source": "live", "engine": "vllm-nochunk"})
+    write_run(short, calibration_dir(out, "vllm-nochunk", "rate0.66-sigma0.9"))
+    shutil.copy(tmp_path / "short" / "i.steps", out / "logs" / "vllm-nochunk.steps")
+    assert with_front_end(out, "vllm-nochunk", Path(profile)) == Path(profile)     # no other instance yet
+    rec, _, _ = _instance_run(tmp_path, 0.0015, 0.0004)
+    rec.meta.update({"source": "live", "engine": "vllm-c512"})
+    write_run(rec, calibration_dir(out, "vllm-c512", "rate0.66-sigma0.9"))
+    shutil.copy(tmp_path / "i.steps", out / "logs" / "vllm-c512.steps")
+    base = with_front_end(out, "vllm-nochunk", Path(profile))
+    assert base == out / "profiles" / "front-end" / "vllm-nochunk.yaml"
+    ovh = load_hardware(str(base)).overhead("vllm-v1")
+    assert ovh.front_end_step_s == pytest.approx(0.0015, abs=1.01e-4)
+    assert ovh.stream_chunk_s == pytest.approx(0.0004, abs=2e-5)
+    import yaml
+    source = yaml.safe_load(base.read_text())["cost"]["overheads"]["vllm-v1"]["front_end_step_s"]["source"]
+    assert source.startswith("calibration/vllm-c512: step log")
+    assert "vllm-nochunk's own calibration traces had too few" in source
 
 
 def test_the_front_end_tool_prints_the_loop_and_refuses_a_missing_step_log(tmp_path, capsys):
