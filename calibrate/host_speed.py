@@ -35,18 +35,31 @@ MAX_BATCH = 3          # decode forwards of 1..MAX_BATCH requests are counted
 MOVED = 1.25           # a run whose median forward is this much faster or slower than its calibration's
 
 
-def decode_forwards(out: Path, label: str) -> pd.DataFrame | None:
-    """The instance's small decode-only forwards: start (Unix s) and duration (s); None without a step log."""
+def decode_steps(out: Path, label: str) -> pd.DataFrame | None:
+    """The instance's decode-only forwards: start (Unix s), duration (s), requests decoding and their context
+    tokens (SGLang's step log; 0 for vLLM, whose iteration log does not give it); None without a step log."""
     if has_step_log(out, label):
-        runs = [e for e in read_events(step_log(out, label))
-                if e.get("ev") == "run" and e.get("mode") == "DECODE" and 1 <= len(e["reqs"]) <= MAX_BATCH]
-        return pd.DataFrame({"t_unix": [e["t0"] for e in runs], "s": [e["t1"] - e["t0"] for e in runs]})
+        runs = [e for e in read_events(step_log(out, label)) if e.get("ev") == "run" and e.get("mode") == "DECODE"]
+        return pd.DataFrame({"t_unix": [e["t0"] for e in runs], "s": [e["t1"] - e["t0"] for e in runs],
+                             "requests": [len(e["reqs"]) for e in runs],
+                             "context": [sum(r[1] for r in e["reqs"]) for e in runs]})
     path = vllm_step_log(out, label)
     if path is None:
         return None
     st = read_steps(path)
-    st = st[(st["ctx_requests"] == 0) & st["gen_requests"].between(1, MAX_BATCH)]
-    return pd.DataFrame({"t_unix": st["t_unix"].to_numpy(), "s": st["elapsed_s"].to_numpy()})
+    st = st[(st["ctx_requests"] == 0) & (st["gen_requests"] > 0)]
+    return pd.DataFrame({"t_unix": st["t_unix"].to_numpy(), "s": st["elapsed_s"].to_numpy(),
+                         "requests": st["gen_requests"].to_numpy(), "context": 0})
+
+
+def decode_forwards(out: Path, label: str) -> pd.DataFrame | None:
+    """The instance's small decode-only forwards (1..MAX_BATCH requests): start (Unix s) and duration (s);
+    None without a step log."""
+    steps = decode_steps(out, label)
+    if steps is None:
+        return None
+    small = steps[steps["requests"].between(1, MAX_BATCH)]
+    return small[["t_unix", "s"]].reset_index(drop=True)
 
 
 def has_decode_log(out: Path, label: str) -> bool:
