@@ -1,11 +1,13 @@
 """Did an engine instance change speed *within* a run? ``calibrate.host_speed`` gives one median per run; a
-40-s run can hold a slow stretch and a fast one. Here every decode-only forward of an instance is priced by a
-line fitted on its calibration traces' decode forwards — seconds = a + b·requests + c·context tokens
-(SGLang's step log gives the context; vLLM's iteration log does not, so c = 0 there) — and each run's
-forwards are cut into windows of ``--width`` seconds from the run's start: the median of measured / fitted in
-each window (``x_fit``), with the number of forwards behind it. Pricing by the fit keeps a window's batch
-shapes from passing for a change of speed (a window of 3-request forwards is not slower than one of 1-request
-forwards because it has more requests). Windows with fewer than ``MIN_FORWARDS`` forwards are left out.
+40-s run can hold a slow stretch and a fast one. Here every decode-only forward of an instance is priced by its
+calibration traces' forwards of the same batch size — the median of those with as many requests decoding (at
+least ``MIN_SHAPE`` of them; other sizes by a line through those medians, seconds = a + b·requests) — and each
+run's forwards are cut into windows of ``--width`` seconds from the run's start: the median of measured / priced
+in each window (``x_fit``), with the number of forwards behind it. Pricing by batch size keeps a window of larger
+batches from passing for a slower instance. A request's context is not priced: in the study's traces every
+prompt is 2,048 tokens and outputs 32–128, so within one batch size it moves a forward little (and on these
+traces it is nearly a multiple of the batch size, which a fit on both cannot tell apart). Windows with fewer
+than ``MIN_FORWARDS`` forwards are left out.
 
     python -m calibrate.speed_windows OUT [--config sglang-lpm] [--width 10]
 """
@@ -24,18 +26,23 @@ from calibrate.twin_live import CONFIGS, ORDER
 from scenarios.errors import ServetwinError
 
 MIN_FORWARDS = 10      # forwards a window needs to be shown
-MIN_FIT = 20           # calibration forwards the line needs
+MIN_FIT = 20           # calibration forwards the pricing needs
+MIN_SHAPE = 5          # calibration forwards of one batch size for their median to price that size
 
 
-def fit_line(steps: pd.DataFrame) -> np.ndarray:
-    """(a, b, c) of seconds = a + b·requests + c·context, least squares over ``steps``."""
-    x = np.column_stack([np.ones(len(steps)), steps["requests"], steps["context"]]).astype(float)
-    coef, *_ = np.linalg.lstsq(x, steps["s"].to_numpy(float), rcond=None)
-    return coef
+def price_table(cal: pd.DataFrame) -> dict[int, float]:
+    """Seconds per decode forward by requests decoding: the median of the calibration forwards of that size
+    where there are ``MIN_SHAPE`` of them."""
+    sizes = cal.groupby("requests")["s"].agg(["median", "size"])
+    return {int(n): float(row["median"]) for n, row in sizes.iterrows() if row["size"] >= MIN_SHAPE}
 
 
-def priced(steps: pd.DataFrame, coef: np.ndarray) -> np.ndarray:
-    return coef[0] + coef[1] * steps["requests"].to_numpy(float) + coef[2] * steps["context"].to_numpy(float)
+def priced(steps: pd.DataFrame, prices: dict[int, float]) -> np.ndarray:
+    """Each forward's price: its batch size's calibration median, or the line through those medians."""
+    n = np.array(sorted(prices), float)
+    med = np.array([prices[int(k)] for k in n])
+    slope, icept = np.polyfit(n, med, 1) if len(n) > 1 else (0.0, float(med[0]))
+    return np.array([prices.get(int(k), icept + slope * k) for k in steps["requests"].to_numpy()], float)
 
 
 def instance_windows(out: Path, label: str, width: float) -> pd.DataFrame:
@@ -48,10 +55,11 @@ def instance_windows(out: Path, label: str, width: float) -> pd.DataFrame:
     for what, _, _, start, end in runs:
         if what == "calibration":
             in_cal |= (t >= start) & (t < end)
-    if in_cal.sum() < MIN_FIT:
+    prices = price_table(steps[in_cal])
+    if in_cal.sum() < MIN_FIT or not prices:
         raise ServetwinError(f"{out}: {label}'s calibration traces hold {int(in_cal.sum())} decode forwards in its "
-                             f"step log; the line needs {MIN_FIT}")
-    ratio = steps["s"].to_numpy(float) / priced(steps, fit_line(steps[in_cal]))
+                             f"step log; pricing needs {MIN_FIT}, {MIN_SHAPE} of one batch size")
+    ratio = steps["s"].to_numpy(float) / priced(steps, prices)
     rows = []
     for what, cell, seed, start, end in runs:
         for w in np.arange(start, end, width):

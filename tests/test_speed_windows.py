@@ -1,5 +1,5 @@
-"""The speed-windows table prices every decode forward of an instance by a line fitted on its calibration
-traces and shows, window by window inside each run, how far the instance's forwards moved from it."""
+"""The speed-windows table prices every decode forward of an instance by its calibration traces' forwards of
+the same batch size and shows, window by window inside each run, how far the instance's forwards moved."""
 
 from __future__ import annotations
 
@@ -19,24 +19,24 @@ def _run(out: Path, rel: str, start_s: float, end_s: float) -> None:
     p.write_text(json.dumps({"run_window": {"start_unix": VLLM_T0 + start_s, "end_s": end_s}}))
 
 
-def _decode(t: float, n: int, ctx_each: int, x: float) -> dict:
-    """An SGLang decode forward of ``n`` requests of ``ctx_each`` tokens, ``x`` times the line's price
-    (2 ms + 1 ms per request + 1 ms per 1,000 context tokens)."""
-    s = x * (0.002 + 0.001 * n + 1e-6 * n * ctx_each)
+def _decode(t: float, n: int, x: float) -> dict:
+    """An SGLang decode forward of ``n`` requests of 2,000 tokens, ``x`` times the instance's speed
+    (2 ms + 3 ms per request)."""
+    s = x * (0.002 + 0.003 * n)
     return {"ev": "run", "t0": VLLM_T0 + t, "t1": VLLM_T0 + t + s, "mode": "DECODE",
-            "reqs": [[f"r{i}", ctx_each] for i in range(n)]}
+            "reqs": [[f"r{i}", 2000] for i in range(n)]}
 
 
 def _study(root: Path) -> Path:
-    """An SGLang LPM instance: a 10-s calibration trace of 1- to 4-request forwards at the line's price, then
-    a 20-s run whose first 10 s run at that speed with 4-request forwards only (costlier, not slower) and
-    whose last 10 s run 1.4 times slower."""
+    """An SGLang LPM instance: a 10-s calibration trace of 1- to 3-request forwards at its speed, then a 20-s
+    run whose first 10 s run at that speed with 4-request forwards only (costlier, not slower: a size its
+    calibration never saw) and whose last 10 s run 1.4 times slower."""
     out = root / "twin-x"
     _run(out, "calibration/sglang-lpm/rate0.4-sigma0.9/seed-0", 0, 10)
     _run(out, "live/rate0.4-sigma0.9/sglang-lpm/seed-1", 20, 20)
-    ev = [_decode(0.2 * k, 1 + k % 4, 1000 + 500 * (k % 3), 1.0) for k in range(40)]
-    ev += [_decode(20 + 0.2 * k, 4, 2000, 1.0) for k in range(40)]
-    ev += [_decode(30 + 0.2 * k, 1 + k % 4, 1500, 1.4) for k in range(40)]
+    ev = [_decode(0.2 * k, 1 + k % 3, 1.0) for k in range(40)]
+    ev += [_decode(20 + 0.2 * k, 4, 1.0) for k in range(40)]
+    ev += [_decode(30 + 0.2 * k, 1 + k % 3, 1.4) for k in range(40)]
     ev += [{"ev": "run", "t0": VLLM_T0 + 31.1, "t1": VLLM_T0 + 31.3, "mode": "EXTEND", "reqs": [["p", 50, 0]]}]
     (out / "logs").mkdir()
     (out / "logs" / "sglang-lpm.steps.7").write_text("\n".join(json.dumps(e) for e in ev) + "\n")
@@ -71,5 +71,5 @@ def test_too_few_calibration_forwards_to_fit_the_line_is_one_clear_error(tmp_pat
     log = out / "logs" / "sglang-lpm.steps.7"
     lines = log.read_text().splitlines()
     log.write_text("\n".join(lines[30:]) + "\n")          # 10 calibration forwards left
-    with pytest.raises(ServetwinError, match="sglang-lpm's calibration traces hold 10 decode forwards"):
+    with pytest.raises(ServetwinError, match="calibration traces hold 10 decode forwards.*pricing needs 20"):
         table(out)
