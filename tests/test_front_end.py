@@ -106,26 +106,37 @@ def test_the_time_a_request_lost_is_the_forwards_it_missed_after_the_front_ends_
     assert got.tolist() == pytest.approx([0.0, 0.010, 0.0, 0.0])
 
 
-def test_a_study_puts_a_vllm_instances_measured_loop_in_its_base_profile(tmp_path):
-    """A study folder whose vLLM 512 instance served one calibration trace with a step log: its base profile
-    (OUT/profiles/front-end) carries the loop its trace measured; an instance without a step log keeps its
-    family's profile."""
+def _add_instance(out: Path, label: str, rec, steps: Path) -> None:  # type: ignore[no-untyped-def]
+    """``rec`` as ``label``'s calibration trace in the study folder ``out``, its step log beside it."""
     import shutil
 
     from analysis.records import write_run
     from calibrate.twin_live import calibration_dir
-    from calibrate.twin_steplog import with_front_end
-    rec, _, profile = _instance_run(tmp_path, 0.0015, 0.0004)
-    rec.meta.update({"source": "live", "engine": "vllm-c512"})
-    out = tmp_path / "study"
-    write_run(rec, calibration_dir(out, "vllm-c512", "rate0.66-sigma0.9"))
-    (out / "logs").mkdir()
-    shutil.copy(tmp_path / "i.steps", out / "logs" / "vllm-c512.steps")
-    base = with_front_end(out, "vllm-c512", Path(profile))
-    assert base == out / "profiles" / "front-end" / "vllm-c512.yaml"
+    rec.meta.update({"source": "live", "engine": label})
+    write_run(rec, calibration_dir(out, label, "rate0.66-sigma0.9"))
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    shutil.copy(steps, out / "logs" / f"{label}.steps")
+
+
+def _assert_loop(base: Path, out: Path, label: str) -> None:
+    """``base`` is ``label``'s front-end profile and carries the loop the 1.5 ms / 0.4 ms run measured."""
+    assert base == out / "profiles" / "front-end" / f"{label}.yaml"
     ovh = load_hardware(str(base)).overhead("vllm-v1")
     assert ovh.front_end_step_s == pytest.approx(0.0015, abs=1.01e-4)
     assert ovh.stream_chunk_s == pytest.approx(0.0004, abs=2e-5)
+
+
+def test_a_study_puts_a_vllm_instances_measured_loop_in_its_base_profile(tmp_path):
+    """A study folder whose vLLM 512 instance served one calibration trace with a step log: its base profile
+    (OUT/profiles/front-end) carries the loop its trace measured; an instance without a step log keeps its
+    family's profile."""
+    from analysis.records import write_run
+    from calibrate.twin_live import calibration_dir
+    from calibrate.twin_steplog import with_front_end
+    rec, _, profile = _instance_run(tmp_path, 0.0015, 0.0004)
+    out = tmp_path / "study"
+    _add_instance(out, "vllm-c512", rec, tmp_path / "i.steps")
+    _assert_loop(with_front_end(out, "vllm-c512", Path(profile)), out, "vllm-c512")
     write_run(rec, calibration_dir(out, "vllm-nochunk", "rate0.66-sigma0.9"))
     assert with_front_end(out, "vllm-nochunk", Path(profile)) == Path(profile)      # no step log
 
@@ -134,31 +145,20 @@ def test_an_instance_whose_traces_are_too_few_to_fit_takes_the_other_vllm_instan
     """Both vLLM instances logged their steps; vLLM unchunked's calibration trace is too short to fit a loop
     (fewer than 10 requests reached an idle engine): its base profile carries the loop vLLM 512's trace
     measured, and says where it came from. Alone, it keeps its family's profile."""
-    import shutil
+    import yaml
 
-    from analysis.records import write_run
-    from calibrate.twin_live import calibration_dir
     from calibrate.twin_steplog import with_front_end
     from calibrate.vllm_front_end import fit_loop
     out = tmp_path / "study"
-    (out / "logs").mkdir(parents=True)
     (tmp_path / "short").mkdir()
     short, short_steps, profile = _instance_run(tmp_path / "short", 0.0, 0.0, seconds=10.0)
     assert fit_loop([(short, short_steps)], profile) is None
-    short.meta.update({"source": "live", "engine": "vllm-nochunk"})
-    write_run(short, calibration_dir(out, "vllm-nochunk", "rate0.66-sigma0.9"))
-    shutil.copy(tmp_path / "short" / "i.steps", out / "logs" / "vllm-nochunk.steps")
+    _add_instance(out, "vllm-nochunk", short, tmp_path / "short" / "i.steps")
     assert with_front_end(out, "vllm-nochunk", Path(profile)) == Path(profile)     # no other instance yet
     rec, _, _ = _instance_run(tmp_path, 0.0015, 0.0004)
-    rec.meta.update({"source": "live", "engine": "vllm-c512"})
-    write_run(rec, calibration_dir(out, "vllm-c512", "rate0.66-sigma0.9"))
-    shutil.copy(tmp_path / "i.steps", out / "logs" / "vllm-c512.steps")
+    _add_instance(out, "vllm-c512", rec, tmp_path / "i.steps")
     base = with_front_end(out, "vllm-nochunk", Path(profile))
-    assert base == out / "profiles" / "front-end" / "vllm-nochunk.yaml"
-    ovh = load_hardware(str(base)).overhead("vllm-v1")
-    assert ovh.front_end_step_s == pytest.approx(0.0015, abs=1.01e-4)
-    assert ovh.stream_chunk_s == pytest.approx(0.0004, abs=2e-5)
-    import yaml
+    _assert_loop(base, out, "vllm-nochunk")
     source = yaml.safe_load(base.read_text())["cost"]["overheads"]["vllm-v1"]["front_end_step_s"]["source"]
     assert source.startswith("calibration/vllm-c512: step log")
     assert "vllm-nochunk's own calibration traces had too few" in source
