@@ -126,3 +126,13 @@ def test_round_trip_and_digest(tmp_path: Path, small_trace):
     t2 = read_trace(tmp_path / "t")
     assert t2.digest == small_trace.digest
     assert all((t2.arrays[k] == small_trace.arrays[k]).all() for k in t2.arrays)
+
+
+def test_a_scenario_in_which_no_dag_arrives_is_refused_with_what_to_change():
+    """Seed 197 at 0.21875 DAG/s (Gamma, CV 1.5) draws a first gap longer than 40 s: no trace, one error."""
+    sc = small_scenario(seed=197, duration_s=40, arrivals={"rate": 0.21875, "cv": 1.5},
+                        prompts={"length": 1200, "sharing": 0.0})
+    with pytest.raises(SpecError, match=r"scenario 'small': no DAG arrives within duration_s=40.0 at rate 0.21875"):
+        compile_trace(sc)
+    longer = small_scenario(seed=197, duration_s=400, arrivals={"rate": 0.21875, "cv": 1.5})
+    assert compile_trace(longer).arrays["max_tokens"].size > 0

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from analysis.records import read_run, write_run
 from scenarios import compile_trace
+from scenarios.errors import SpecError
 from simulator import simulate
 from tests.conftest import small_scenario
 from tests.helpers import assert_dependants_sent_when_ready, constant_hardware, single_request_trace
@@ -37,10 +38,14 @@ def test_invariants_every_step(seed, rate, sharing, engine, kv):
             over["max_total_tokens"] = kv
         else:
             over["num_gpu_blocks"] = kv // 16
-    rec = simulate(compile_trace(sc), name, overrides=over, check_every=1)
+    try:
+        trace = compile_trace(sc)
+    except SpecError:              # no DAG arrives in 40 s (a low rate's long first gap): refused, nothing to run
+        assume(False)
+    rec = simulate(trace, name, overrides=over, check_every=1)
     r = rec.requests
     ok = r[r["ok"]]
-    assert (ok["output_tokens"] == compile_trace(sc).arrays["max_tokens"][ok["request_id"]]).all()
+    assert (ok["output_tokens"] == trace.arrays["max_tokens"][ok["request_id"]]).all()
     assert (ok["first_token_s"] >= ok["send_s"]).all() and (ok["last_token_s"] >= ok["first_token_s"]).all()
     assert (r["ok"] | (r["error"] != "")).all()
 
