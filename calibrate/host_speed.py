@@ -36,20 +36,19 @@ MOVED = 1.25           # a run whose median forward is this much faster or slowe
 
 
 def decode_steps(out: Path, label: str) -> pd.DataFrame | None:
-    """The instance's decode-only forwards: start (Unix s), duration (s), requests decoding and their context
-    tokens (SGLang's step log; 0 for vLLM, whose iteration log does not give it); None without a step log."""
+    """The instance's decode-only forwards: start (Unix s), duration (s) and requests decoding; None without
+    a step log."""
     if has_step_log(out, label):
         runs = [e for e in read_events(step_log(out, label)) if e.get("ev") == "run" and e.get("mode") == "DECODE"]
         return pd.DataFrame({"t_unix": [e["t0"] for e in runs], "s": [e["t1"] - e["t0"] for e in runs],
-                             "requests": [len(e["reqs"]) for e in runs],
-                             "context": [sum(r[1] for r in e["reqs"]) for e in runs]})
+                             "requests": [len(e["reqs"]) for e in runs]})
     path = vllm_step_log(out, label)
     if path is None:
         return None
     st = read_steps(path)
     st = st[(st["ctx_requests"] == 0) & (st["gen_requests"] > 0)]
     return pd.DataFrame({"t_unix": st["t_unix"].to_numpy(), "s": st["elapsed_s"].to_numpy(),
-                         "requests": st["gen_requests"].to_numpy(), "context": 0})
+                         "requests": st["gen_requests"].to_numpy()})
 
 
 def decode_forwards(out: Path, label: str) -> pd.DataFrame | None:
