@@ -67,7 +67,7 @@ def run_metrics(rec: RunRecord) -> dict[str, Any]:
         "ttft_p50": _q(ttft, 0.5), "ttft_p95": _q(ttft, 0.95), "tpot_p50": _q(ok["tpot_s"], 0.5),
         "e2e_p50": _q(ok["e2e_s"], 0.5), "throughput": x, "offered_load": float(rec.meta["offered_load_rps"]),
         "realised_load": realised, "pace": x / realised if realised else float("nan"),
-        "keeps_pace": bool(x >= KEEPS_PACE * realised),
+        "keeps_pace": bool(realised > 0 and x >= KEEPS_PACE * realised),
         "kv_peak": float(tel.get("kv_usage_peak", np.nan)), "kv_mean": float(tel.get("kv_usage_mean", np.nan)),
         "preemptions": int(tel.get("preemptions", 0)),
         "prefix_hit_fraction": float(tel.get("prefix_hit_fraction", np.nan)),

@@ -8,20 +8,21 @@ run's start. The schema is versioned and validated on read.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from analysis.redact import redact
 from scenarios.errors import ServetwinError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2          # 2: sealed (digests of every file, of the resolved configuration and of run.json)
 
 REQUEST_COLUMNS: dict[str, str] = {
     "request_id": "int64", "dag_id": "int64", "role": "object", "planned_s": "float64",
@@ -34,11 +35,39 @@ TELEMETRY_COLUMNS = ("t_s", "kv_usage", "waiting", "running", "preemptions",
 CHUNK_COLUMNS = ("request_id", "t_s", "tokens")
 RUN_KEYS = ("schema_version", "run_id", "source", "trace_digest", "scenario", "seed", "engine",
             "engine_config", "hardware", "model", "offered_load_rps", "run_window",
-            "exclusion", "telemetry_summary", "versions")
+            "exclusion", "telemetry_summary", "versions", "digests")
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+META_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "run_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "source": (lambda v: isinstance(v, str), "a string (sim, live, probe)"),
+    "trace_digest": (lambda v: isinstance(v, str), "a string"),
+    "scenario": (lambda v: isinstance(v, dict), "a mapping (the resolved scenario; empty for probes)"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "engine": (lambda v: isinstance(v, str), "a string"),
+    "engine_config": (lambda v: isinstance(v, dict), "a mapping"),
+    "hardware": (lambda v: isinstance(v, str), "a string"),
+    "model": (lambda v: isinstance(v, str), "a string"),
+    "offered_load_rps": (lambda v: _num(v) and not v < 0, "a non-negative number (NaN for probes)"),
+    "run_window": (lambda v: isinstance(v, dict) and _num(v.get("duration_s")) and not v["duration_s"] <= 0,
+                   "a mapping with a positive duration_s"),
+    "exclusion": (lambda v: isinstance(v, dict) and isinstance(v.get("exclude_first_dags", 1), int),
+                  "a mapping (exclude_first_dags: an integer)"),
+    "telemetry_summary": (lambda v: isinstance(v, dict), "a mapping"),
+    "versions": (lambda v: isinstance(v, dict), "a mapping"),
+    "digests": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+                "a mapping of file → SHA-256"),
+}
 
 
 class RecordError(ServetwinError):
-    """A run directory is missing, incomplete or of another schema."""
+    """A run directory is missing, incomplete, damaged or of another schema (bad input: exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -73,31 +102,47 @@ def _coerce_requests(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def write_run(rec: RunRecord, out: str | Path) -> Path:
-    """Write atomically: a complete run directory appears at ``out`` or nothing does."""
+def write_run(rec: RunRecord, out: str | Path, extra: dict[str, bytes] | None = None,
+              inputs: tuple[str | Path, ...] = ()) -> Path:
+    """Write atomically and sealed: a complete run directory appears at ``out`` or nothing changes there.
+
+    An existing ``out`` is replaced only when it is a run record; ``extra`` files (a live run's journal) are
+    written and sealed with the rest. Secrets in the metadata are redacted before anything is written."""
+    from scenarios.outputs import staged_dir
     out = Path(out)
-    missing = [k for k in RUN_KEYS if k not in rec.meta and k != "schema_version"]
+    missing = [k for k in RUN_KEYS if k not in rec.meta and k not in ("schema_version", "digests")]
     if missing:
         raise RecordError(f"run metadata lacks {missing}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f".{out.name}.*"):      # left by a writer killed mid-write
-        if stale.is_dir() and not stale.name.endswith(".live"):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        meta = {"schema_version": SCHEMA_VERSION, **rec.meta}
+    meta = redact({k: v for k, v in rec.meta.items() if k != "digests"})
+    with staged_dir(out, "run", inputs) as tmp:
         _coerce_requests(rec.requests).to_parquet(tmp / "requests.parquet", index=False)
         rec.telemetry.reset_index(drop=True).to_parquet(tmp / "telemetry.parquet", index=False)
         if rec.chunks is not None:
             rec.chunks.reset_index(drop=True).to_parquet(tmp / "chunks.parquet", index=False)
-        (tmp / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=_json_default) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        for name, data in (extra or {}).items():
+            (tmp / name).write_bytes(data)
+        meta = {"schema_version": SCHEMA_VERSION, **json.loads(json.dumps(meta, default=_json_default))}
+        meta["digests"] = {**{f.name: _file_sha(f) for f in sorted(tmp.iterdir()) if f.name != "run.json"},
+                           "engine_config": _json_sha(meta["engine_config"]), "run.json": _json_sha(meta)}
+        (tmp / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    rec.meta = meta
+    rec.path = out
     return out
+
+
+def _file_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _json_sha(obj: Any) -> str:
+    """SHA-256 of canonical JSON (sorted keys, no spaces); of run.json: every field but ``digests``."""
+    if isinstance(obj, dict) and "digests" in obj:
+        obj = {k: v for k, v in obj.items() if k != "digests"}
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _json_default(o: Any) -> Any:
@@ -113,27 +158,74 @@ def _json_default(o: Any) -> Any:
 
 
 def read_run(path: str | Path) -> RunRecord:
+    """Read a run directory, verifying its digests: a record that was edited or damaged is refused."""
     p = Path(path)
+    meta = _read_meta(p)
+    _verify(p, meta)
+    try:
+        req = _coerce_requests(pd.read_parquet(p / "requests.parquet"))
+        tel_p = p / "telemetry.parquet"
+        tel = pd.read_parquet(tel_p) if tel_p.is_file() else pd.DataFrame(columns=list(TELEMETRY_COLUMNS))
+        ch_p = p / "chunks.parquet"
+        chunks = pd.read_parquet(ch_p) if ch_p.is_file() else None
+    except (OSError, ValueError, TypeError, pa.ArrowException) as err:
+        raise RecordError(f"{p}: a table cannot be read ({type(err).__name__}: {_first_line(err)})") from None
+    return RunRecord(meta=meta, requests=req, telemetry=tel, chunks=chunks, path=p)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:160]
+
+
+def _read_meta(p: Path) -> dict[str, Any]:
     if not (p / "run.json").is_file():
         raise RecordError(f"{p}: not a run directory (no run.json)")
     try:
-        meta = json.loads((p / "run.json").read_text())
+        meta = json.loads((p / "run.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise RecordError(f"{p}/run.json: invalid JSON ({err.msg})") from None
+        raise RecordError(f"{p}/run.json: invalid JSON ({err.msg} at line {err.lineno})") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise RecordError(f"{p}/run.json: invalid JSON (not UTF-8 text, or nested too deeply)") from None
+    if not isinstance(meta, dict):
+        raise RecordError(f"{p}/run.json: a JSON object is expected, got {type(meta).__name__}")
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise RecordError(f"{p}: schema_version {meta.get('schema_version')!r}, this servetwin reads "
-                          f"{SCHEMA_VERSION}")
+                          f"{SCHEMA_VERSION} (records before it were not sealed; re-run them)")
     missing = [k for k in RUN_KEYS if k not in meta]
     if missing:
         raise RecordError(f"{p}/run.json lacks {missing}")
-    if not (p / "requests.parquet").is_file():
-        raise RecordError(f"{p}: requests.parquet is missing")
-    req = _coerce_requests(pd.read_parquet(p / "requests.parquet"))
-    tel_p = p / "telemetry.parquet"
-    tel = pd.read_parquet(tel_p) if tel_p.is_file() else pd.DataFrame(columns=list(TELEMETRY_COLUMNS))
-    ch_p = p / "chunks.parquet"
-    chunks = pd.read_parquet(ch_p) if ch_p.is_file() else None
-    return RunRecord(meta=meta, requests=req, telemetry=tel, chunks=chunks, path=p)
+    for key, (ok, accepted) in META_TYPES.items():
+        if not ok(meta[key]):
+            shown = repr(meta[key]) if len(repr(meta[key])) <= 40 else repr(meta[key])[:37] + "..."
+            raise RecordError(f"{p}/run.json: field '{key}' = {shown}: expected {accepted}")
+    return meta
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """A run's run.json, after verifying every digest (cheaper than ``read_run``: no table is parsed)."""
+    p = Path(path)
+    meta = _read_meta(p)
+    _verify(p, meta)
+    return meta
+
+
+def _verify(p: Path, meta: dict[str, Any]) -> None:
+    dig = meta["digests"]
+    if dig.get("run.json") != _json_sha(meta):
+        raise RecordError(f"{p}/run.json: its fields do not match its SHA-256 (edited by hand or by another "
+                          "program); re-run the record")
+    if dig.get("engine_config") != _json_sha(meta["engine_config"]):
+        raise RecordError(f"{p}/run.json: the resolved engine configuration does not match its SHA-256")
+    files = {k for k in dig if k not in ("run.json", "engine_config")}
+    if "requests.parquet" not in files:
+        raise RecordError(f"{p}/run.json: digests name no requests.parquet")
+    for name in sorted(files):
+        f = p / name
+        if not f.is_file():
+            raise RecordError(f"{p}: {name} is missing (run.json names it)")
+        if _file_sha(f) != dig[name]:
+            raise RecordError(f"{p}/{name}: does not match the SHA-256 in run.json (edited, damaged or "
+                              "truncated); re-run the record")
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:

@@ -133,10 +133,8 @@ def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found:
         ovh[family]["decode_scale_lone"] = {"value": round(found.lone, 4), "basis": "measured",
                                             "source": f"{source}: live / twin decode gaps ({found.statistic}) "
                                                       f"with 1 streaming over {found.lone_gaps} gaps"}
-    dest = Path(out)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
+    from calibrate.fit import dump_profile
+    return dump_profile(out, data)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,5 +119,13 @@ def write_profile(src: str | Path, out: str | Path, family: str, params: dict[st
         else:
             cost["overheads"][family][k] = node
     data["fit"] = quality
-    Path(out).write_text(yaml.safe_dump(data, sort_keys=False, width=120))
-    return Path(out)
+    return dump_profile(out, data)
+
+
+PROFILE_HEAD = "# servetwin:profile — a hardware profile written by servetwin (every number with its source)\n"
+
+
+def dump_profile(out: str | Path, data: dict[str, Any]) -> Path:
+    """Write a profile YAML atomically; an existing file is replaced only when servetwin wrote it."""
+    from scenarios.outputs import write_file
+    return write_file(out, PROFILE_HEAD + yaml.safe_dump(data, sort_keys=False, width=120), "profile")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.records import RunRecord, read_run
-from calibrate.fit import FitResult, Observed, Steps, Window, fit_steps, write_profile
+from calibrate.fit import FitResult, Observed, Steps, Window, dump_profile, fit_steps, write_profile
 from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
@@ -255,4 +255,4 @@ def _rename(path: Path) -> None:
     import yaml
     data = yaml.safe_load(path.read_text())
     data["name"] = path.stem
-    path.write_text(yaml.safe_dump(data, sort_keys=False, width=120))
+    dump_profile(path, data)

@@ -134,10 +134,8 @@ def write_measured(hardware_yaml: str | Path, out: str | Path, family: str,
         raise ServetwinError(f"{hardware_yaml}: no overheads for engine family {family!r}; it has {sorted(ovh)}")
     for key, (value, source) in values.items():
         ovh[family][key] = {"value": round(float(value), 6), "basis": "measured", "source": source}
-    dest = Path(out)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
+    from calibrate.fit import dump_profile
+    return dump_profile(out, data)
 
 
 def write_latencies(hardware_yaml: str | Path, out: str | Path, family: str, lat: dict[str, Any], source: str) -> Path:

@@ -9,6 +9,8 @@ import contextlib
 import re
 from typing import Any
 
+from analysis.redact import redact
+
 _V_INIT = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v([^)]+)\) with config: (.*)$")
 _KV = re.compile(r"(\w+)=('[^']*'|\"[^\"]*\"|[^,\s]+)")
 _NONDEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
@@ -102,7 +104,7 @@ def resolved(log: dict[str, Any], metrics: dict[str, Any], server_info: dict[str
         for n in names:
             if n in out and canon not in out:
                 out[canon] = out[n]
-    return out
+    return redact(out)
 
 
 def mismatches(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:

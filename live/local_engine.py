@@ -168,6 +168,10 @@ class VllmCpu:
         self.stop()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="start a local vLLM CPU server on a tiny random-weight Llama")
     ap.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
@@ -191,9 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         eng = VllmCpu(model, a.port, a.prefix_caching, a.chunked_prefill, a.block_size, a.policy or "fcfs",
                       a.kv_gib, log_path=Path(a.log), step_log=Path(a.step_log) if a.step_log else None)
-    eng.start()
-    print(f"{a.engine} (CPU) serving tiny-llama at {eng.url} (log: {eng.log_path}); Ctrl-C stops it", flush=True)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)            # stop the engine as Ctrl-C does (kill, a service manager)
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # a background job starts with SIGINT ignored
     try:
+        eng.start()
+        print(f"{a.engine} (CPU) serving tiny-llama at {eng.url} (log: {eng.log_path}); Ctrl-C or SIGTERM stops "
+              "it", flush=True)
         while eng._proc is not None and eng._proc.poll() is None:
             time.sleep(1)
     except KeyboardInterrupt:

@@ -231,8 +231,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
             "request_timeout_s": cfg.timeout_s, "host": host_state, "client": {"scheduling": client_scheduling()},
             "prefix_cache_reset": flushed}
     rec = build_record(trace, read_jsonl(journal / "requests.jsonl"), meta, tel)
-    write_run(rec, out)
-    (out / "requests.jsonl").write_bytes((journal / "requests.jsonl").read_bytes())
+    write_run(rec, out, extra={"requests.jsonl": (journal / "requests.jsonl").read_bytes()})
     return rec
 
 
@@ -243,7 +242,8 @@ def _versions() -> dict[str, str]:
 
 def run_live(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: str | Path) -> RunRecord:
     """Run and write the RunRecord (also on Ctrl-C: the record then says status 'interrupted')."""
-    out = Path(out)
+    from scenarios.outputs import check_out
+    out = check_out(out, "run")
     journal = out.parent / f".{out.name}.live" / "requests.jsonl"
     if journal.exists():
         journal.unlink()

@@ -137,7 +137,17 @@ def ttft_cdf(runs: list[RunRecord], out: Path) -> Path:
 
 
 def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
-    """Every figure the given runs allow; the others are listed in out/MISSING.txt with what they need."""
+    """Every figure the given runs allow; the others are listed in out/MISSING.txt with what they need.
+    Drawn into a temporary sibling that replaces ``out`` when complete (``out`` new, empty or figures)."""
+    from scenarios.outputs import staged_dir
+    final = out
+    with staged_dir(final, "figures") as out:
+        made, missing = _draw_all(runs, out)
+        (out / "MISSING.txt").write_text("\n".join(missing) + ("\n" if missing else ""))
+    return [final / p.name for p in made]
+
+
+def _draw_all(runs: list[RunRecord], out: Path) -> tuple[list[Path], list[str]]:
     tables = all_tables(runs)
     made, missing = [], []
     makers: list[tuple[str, Callable[[], Path]]] = [
@@ -157,9 +167,7 @@ def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
             made.append(make())
         except MissingRuns as err:
             missing.append(f"{name}: {err}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "MISSING.txt").write_text("\n".join(missing) + ("\n" if missing else ""))
-    return made
+    return made, missing
 
 
 def measured_vs_simulated(table: pd.DataFrame, out: Path, band: float = 0.2) -> Path:

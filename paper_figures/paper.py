@@ -10,6 +10,7 @@ from pathlib import Path
 from analysis.records import find_runs, read_run
 from analysis.tables import all_tables, to_markdown
 from scenarios.grid import cells, load_grid
+from scenarios.outputs import atomic_text
 from simulator.sweep import pending, run_cells
 
 GRIDS = Path(__file__).resolve().parent.parent / "scenarios" / "grids"
@@ -33,8 +34,7 @@ def run_paper(out: Path, quick: bool = False, jobs: int = 0) -> int:
             "chunked prefill)\n\n" + to_markdown(dec) + "\n## Per configuration (geometric means over seeds)\n\n"
             + to_markdown(abs_t))
     print(text)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tables.md").write_text(text + "\n## Gaps\n\n" + to_markdown(tables["gaps"]))
+    atomic_text(out / "tables.md", text + "\n## Gaps\n\n" + to_markdown(tables["gaps"]))
     try:
         from paper_figures.figures import headline_figures
         written = headline_figures(runs, out / "figures")

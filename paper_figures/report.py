@@ -12,8 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.records import RunRecord
+from analysis.redact import redact
 from analysis.tables import all_tables
 from paper_figures.figures import headline_figures
+from scenarios.outputs import write_file
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
          "table{border-collapse:collapse;font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;"
@@ -28,7 +30,8 @@ def _table(df: pd.DataFrame) -> str:
 
 def build_report(runs: list[RunRecord], out: str | Path, title: str = "servetwin report") -> Path:
     tables = all_tables(runs)
-    parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title><style>{STYLE}</style>",
+    parts = ["<!doctype html><!-- servetwin:report -->",
+             f"<meta charset='utf-8'><title>{html.escape(title)}</title><style>{STYLE}</style>",
              f"<h1>{html.escape(title)}</h1>",
              f"<p>{len(runs)} runs: {sum(r.meta.get('source') == 'sim' for r in runs)} simulated, "
              f"{sum(r.meta.get('source') == 'live' for r in runs)} live. Gaps are the first configuration of an arm "
@@ -49,9 +52,6 @@ def build_report(runs: list[RunRecord], out: str | Path, title: str = "servetwin
         meta = {k: r.meta.get(k) for k in ("run_id", "source", "engine", "seed", "hardware", "model", "trace_digest",
                                             "offered_load_rps", "run_window", "exclusion", "telemetry_summary",
                                             "labels", "versions")}
-        blob = json.dumps({**meta, "engine_config": r.meta.get("engine_config")}, indent=1, default=str)
+        blob = json.dumps(redact({**meta, "engine_config": r.meta.get("engine_config")}), indent=1, default=str)
         parts.append(f"<details><summary>{html.escape(r.run_id)}</summary><pre>{html.escape(blob)}</pre></details>")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(parts) + "\n")
-    return out
+    return write_file(out, "\n".join(parts) + "\n", "report")

@@ -7,12 +7,13 @@ from pathlib import Path
 import numpy as np
 
 from scenarios.arrivals import arrival_times
-from scenarios.errors import SpecError
+from scenarios.errors import SpecError, TraceError
+from scenarios.limits import check_size
 from scenarios.prompts import TokenSampler, distinct_rows
 from scenarios.spec import Scenario
 from scenarios.tools import draw_delays
 from scenarios.topology import ROLE_CAPS, DagShape, choose_shapes
-from scenarios.trace import FORMAT_VERSION, SRC_POOL, SRC_PREFIX, Trace, prefix_digest, write_trace
+from scenarios.trace import FORMAT_VERSION, SRC_POOL, SRC_PREFIX, Trace, prefix_digest, seal, write_trace
 
 LAYERS = {"arrivals": 0, "topology": 1, "tools": 2, "prefix": 3, "context": 4, "suffix": 5, "outputs": 6}
 
@@ -96,6 +97,7 @@ def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def build_trace(sc: Scenario) -> Trace:
     """Compile a scenario into an in-memory Trace (manifest digests are filled in on write)."""
+    check_size(sc)
     times = arrival_times(sc.arrivals, sc.duration_s, layer_rng(sc.seed, "arrivals"))
     if times.size == 0:
         raise SpecError(f"scenario '{sc.name}': no DAG arrives within duration_s={sc.duration_s} "
@@ -147,12 +149,26 @@ def _rate(sc: Scenario) -> float:
     return sc.arrivals.rate
 
 
-def compile_trace(sc: Scenario, out: str | Path | None = None) -> Trace:
-    """Compile and (if ``out`` is given) write the trace directory. Returns the Trace."""
+def compile_trace(sc: Scenario, out: str | Path | None = None, inputs: tuple[str | Path, ...] = ()) -> Trace:
+    """Compile, validate and (if ``out`` is given) write the trace directory atomically. Returns the Trace.
+
+    A scenario whose trace would fail a validator check is refused before anything is written."""
+    from scenarios.validate import CHECKS
     trace = build_trace(sc)
+    for check in CHECKS.values():
+        try:
+            check(trace)
+        except TraceError as err:
+            raise SpecError(f"scenario '{sc.name}': cannot be realised ({err}){_hint(err)}") from None
     if out is not None:
-        write_trace(trace, out)
+        write_trace(trace, out, inputs)
     else:
-        from scenarios.trace import npy_bytes, sha256
-        trace.manifest["digests"] = {k: sha256(npy_bytes(v)) for k, v in trace.arrays.items()}
+        seal(trace)
     return trace
+
+
+def _hint(err: TraceError) -> str:
+    if err.check == "sharing":
+        return ("; prompts.sharing σ is realised as a whole number of prefix tokens F = round(σ·L): choose a "
+                "longer prompts.length or a σ that a whole F reaches")
+    return ""

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from scenarios.errors import TraceError
+from scenarios.manifest import check_manifest
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: the manifest's own fields are sealed by digests['manifest']
 ROLE_NAMES = ("planner", "worker", "aggregator", "turn")
 SRC_PREFIX, SRC_POOL = 0, 1
 
@@ -77,7 +78,7 @@ class Trace:
 
     @property
     def digest(self) -> str:
-        """One digest naming the whole trace (over the manifest's array digests)."""
+        """One digest naming the whole trace (over the digests of its arrays and of its manifest)."""
         parts = json.dumps(self.manifest["digests"], sort_keys=True).encode()
         return sha256(parts)[:16]
 
@@ -130,19 +131,31 @@ class Trace:
         return succ
 
 
-def write_trace(trace: Trace, out: str | Path) -> Path:
-    """Write arrays and manifest (digests filled in). Byte-identical for identical inputs."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    digests: dict[str, str] = {}
-    for name in ARRAY_SCHEMA:
-        data = npy_bytes(trace.arrays[name])
-        (out / f"{name}.npy").write_bytes(data)
-        digests[name] = sha256(data)
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 over every manifest field but ``digests`` (canonical JSON: sorted keys, no spaces)."""
+    body = {k: v for k, v in manifest.items() if k != "digests"}
+    return sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode())
+
+
+def seal(trace: Trace) -> dict[str, bytes]:
+    """Fill in the manifest's digests (every array's and the manifest's own); returns the arrays' bytes."""
+    data = {name: npy_bytes(trace.arrays[name]) for name in ARRAY_SCHEMA}
+    digests = {name: sha256(b) for name, b in data.items()}
+    digests["manifest"] = manifest_digest(trace.manifest)
     trace.manifest["digests"] = digests
-    text = json.dumps(trace.manifest, indent=2, sort_keys=True) + "\n"
-    (out / "manifest.json").write_text(text)
-    return out
+    return data
+
+
+def write_trace(trace: Trace, out: str | Path, inputs: tuple[str | Path, ...] = ()) -> Path:
+    """Seal and write atomically (a complete trace appears at ``out`` or nothing changes there).
+    Byte-identical for identical inputs."""
+    from scenarios.outputs import staged_dir
+    data = seal(trace)
+    with staged_dir(out, "trace", inputs) as tmp:
+        for name, b in data.items():
+            (tmp / f"{name}.npy").write_bytes(b)
+        (tmp / "manifest.json").write_text(json.dumps(trace.manifest, indent=2, sort_keys=True) + "\n")
+    return Path(out)
 
 
 def read_trace(path: str | Path, verify: bool = True) -> Trace:
@@ -152,19 +165,26 @@ def read_trace(path: str | Path, verify: bool = True) -> Trace:
     if not mpath.is_file():
         raise TraceError("manifest", f"{p} has no manifest.json (is it a trace directory?)")
     try:
-        manifest = json.loads(mpath.read_text())
-    except json.JSONDecodeError as err:
-        raise TraceError("manifest", f"{mpath}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise TraceError("manifest", f"format_version {manifest.get('format_version')!r}; "
-                         f"this servetwin reads version {FORMAT_VERSION}")
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        why = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "not UTF-8 text"
+        raise TraceError("manifest", f"{mpath}: not valid JSON ({why})") from None
+    except RecursionError:
+        raise TraceError("manifest", f"{mpath}: not valid JSON (nested too deeply)") from None
+    check_manifest(manifest, mpath)
+    if manifest["format_version"] != FORMAT_VERSION:
+        raise TraceError("manifest", f"{mpath}: format_version {manifest['format_version']!r}; this servetwin "
+                         f"reads version {FORMAT_VERSION} (recompile the trace from its scenario)")
+    if verify and manifest_digest(manifest) != manifest["digests"].get("manifest"):
+        raise TraceError("digest", f"{mpath}: its fields do not match the manifest's own SHA-256 (edited by hand "
+                         "or by another program); recompile the trace from its scenario")
     arrays: dict[str, np.ndarray] = {}
     for name, (dtype, ndim) in ARRAY_SCHEMA.items():
         f = p / f"{name}.npy"
         if not f.is_file():
             raise TraceError("schema", f"array file {name}.npy is missing")
         data = f.read_bytes()
-        if verify and sha256(data) != manifest.get("digests", {}).get(name):
+        if verify and sha256(data) != manifest["digests"].get(name):
             raise TraceError("digest", f"{name}.npy does not match the SHA-256 in the manifest "
                              "(edited, swapped or truncated)")
         try:

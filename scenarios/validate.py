@@ -33,6 +33,10 @@ def check_schema(t: Trace) -> None:
     bad_role = np.flatnonzero((a["role"] < 0) | (a["role"] > 3))
     if bad_role.size:
         raise TraceError("schema", f"role code {a['role'][bad_role[0]]} unknown", int(bad_role[0]))
+    counts = t.manifest.get("counts", {})
+    if counts and (counts.get("requests") != n or counts.get("dags") != t.n_dags):
+        raise TraceError("schema", f"manifest counts {counts.get('dags')} DAGs, {counts.get('requests')} requests; "
+                         f"the arrays hold {t.n_dags} and {n}")
     bad_mt = np.flatnonzero(a["max_tokens"] < 1)
     if bad_mt.size:
         raise TraceError("schema", "max_tokens must be ≥ 1", int(bad_mt[0]))
@@ -115,10 +119,10 @@ def check_arrivals(t: Trace) -> None:
 
 def check_delays(t: Trace) -> None:
     d = t.arrays["delay_s"]
-    cap = float(t.manifest.get("tool_delay_max_s", np.inf))
+    cap = float(t.manifest["tool_delay_max_s"])
     bad = np.flatnonzero(~np.isfinite(d) | (d < 0) | (d > cap))
     if bad.size:
-        raise TraceError("tool-delays", f"delay {d[bad[0]]!r} s outside [0, {cap}] s", int(bad[0]))
+        raise TraceError("tool-delays", f"delay {float(d[bad[0]])!r} s outside [0, {cap}] s", int(bad[0]))
 
 
 CHECKS: dict[str, Callable[[Trace], None]] = {

@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(fn(args) or 0)
     except ServetwinError as err:
-        print(f"servetwin: error: {err}", file=sys.stderr)
+        print(f"servetwin: error: {_one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("servetwin: interrupted", file=sys.stderr)
@@ -222,8 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # one line, never a traceback (SERVETWIN_DEBUG=1 shows it)
         if os.environ.get("SERVETWIN_DEBUG"):
             raise
-        print(f"servetwin: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"servetwin: internal error: {type(err).__name__}: {_one_line(str(err))}", file=sys.stderr)
         return 1
+
+
+def _one_line(text: str) -> str:
+    """An error as one line, with any secret it quotes (a key, a URL's credentials) redacted."""
+    from analysis.redact import redact_text
+    return redact_text(" ".join(text.split()))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def _scenario(path: str, seed: int | None, sets: list[str] | None = None) -> Any
 def cmd_trace_compile(a: argparse.Namespace) -> int:
     from scenarios import compile_trace, validate_trace
     sc = _scenario(a.scenario, a.seed, a.set)
-    t = compile_trace(sc, a.out)
+    t = compile_trace(sc, a.out, inputs=(a.scenario,))
     validate_trace(a.out)
     print(f"wrote {a.out}: {t.n_dags} DAGs, {t.n_requests} requests, seed {sc.seed}, trace {t.digest}")
     return 0
@@ -69,19 +69,45 @@ def _trace_for(a: argparse.Namespace) -> Any:
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
-    from analysis.metrics import run_metrics
     from analysis.records import write_run
+    from scenarios.outputs import check_out
     from simulator import simulate
     from simulator.presets import parse_overrides
+    inputs = _inputs(a)
+    check_out(a.out, "run", inputs)
     trace = _trace_for(a)
     rec = simulate(trace, a.engine, a.hardware, a.model, parse_overrides(a.set), a.context,
                    timeout_s=a.timeout, record_tokens=a.chunks)
-    write_run(rec, a.out)
+    write_run(rec, a.out, inputs=inputs)
+    return _run_summary(rec, a.out)
+
+
+def _inputs(a: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(p for p in (getattr(a, "trace", None), getattr(a, "scenario", None),
+                             getattr(a, "hardware", None), getattr(a, "model", None)) if p and Path(p).exists())
+
+
+def _run_summary(rec: Any, out: str) -> int:
+    """The one-line summary; exit 1 when fewer than the study's 95 % of measured requests succeeded."""
+    from analysis.metrics import run_metrics
     m = run_metrics(rec)
-    print(f"wrote {a.out}: {m['n_ok']}/{m['n']} ok, TTFT p50 {m['ttft_p50']:.3f} s p95 {m['ttft_p95']:.3f} s, "
+    if m["n"] == 0:
+        print(f"wrote {out}: no measured requests (the first {rec.meta['exclusion']['exclude_first_dags']} DAG of a "
+              "run is excluded and this trace has no other); lengthen the scenario's duration_s or raise its rate")
+        return 1
+    print(f"wrote {out}: {m['n_ok']}/{m['n']} ok, TTFT p50 {m['ttft_p50']:.3f} s p95 {m['ttft_p95']:.3f} s, "
           f"TPOT p50 {m['tpot_p50'] * 1000:.1f} ms, X {m['throughput']:.3f}/s "
           f"({'keeps pace' if m['keeps_pace'] else 'falls behind'}), KV peak {m['kv_peak']:.3f}")
+    if m["n_ok"] < SUCCESS_FRACTION * m["n"]:
+        errs = rec.requests.loc[~rec.requests["ok"], "error"].value_counts()
+        kinds = ", ".join(f"{k or 'unknown'} {n}" for k, n in errs.items())
+        print(f"servetwin: error: {m['n'] - m['n_ok']} of {m['n']} measured requests failed, more than the study's "
+              f"{1 - SUCCESS_FRACTION:.0%} ({kinds}); the record is kept at {out}", file=sys.stderr)
+        return 1
     return 0
+
+
+SUCCESS_FRACTION = 0.95            # the study counts a run only when 95 % of its requests succeed
 
 
 def _progress(label: str):  # type: ignore[no-untyped-def]
@@ -99,12 +125,14 @@ def _progress(label: str):  # type: ignore[no-untyped-def]
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from scenarios.grid import cells, load_grid
+    from scenarios.outputs import mark_dir
     from simulator.sweep import pending, run_cells
     g = load_grid(a.grid)
     cs = cells(g, 1 / 3 if a.quick else 1.0)
+    mark_dir(a.out, "runs", (a.grid,))
     todo = pending(cs, a.out)
     print(f"grid {g.name}: {len(cs)} cells, {len(cs) - len(todo)} already complete")
-    run_cells(cs, a.out, a.executor, a.jobs, a.address, _progress(g.name))
+    run_cells(cs, a.out, a.executor, a.jobs, a.address, _progress(g.name), todo=todo)
     print(f"wrote {a.out}")
     return 0
 
@@ -121,8 +149,12 @@ def cmd_capacity(a: argparse.Namespace) -> int:
 
 
 def _load(paths: list[Any]) -> list[Any]:
-    from analysis.records import find_runs, read_run
-    return [read_run(p) for p in find_runs(paths)]
+    from analysis.records import RecordError, find_runs, read_run
+    found = find_runs(paths)
+    if not found:
+        raise RecordError(f"no run records under {', '.join(map(str, paths))} (a run directory holds run.json and "
+                          "requests.parquet, as simulate, sweep and live run write them)")
+    return [read_run(p) for p in found]
 
 
 def cmd_analyze(a: argparse.Namespace) -> int:
@@ -274,6 +306,8 @@ def cmd_calibrate_probe(a: argparse.Namespace) -> int:
 
 def cmd_calibrate_fit(a: argparse.Namespace) -> int:
     from calibrate.probe_fit import fit_probes
+    from scenarios.outputs import check_out
+    check_out(a.out, "profile", a.probes)
     res, obs = fit_probes(a.probes, a.engine, a.model, a.base, a.out)
     print(f"wrote {a.out}: R² {res.r2:.4f}, MAPE {res.mape:.1%} over {len(obs)} probe shapes")
     for k, v in res.params.items():
@@ -297,6 +331,10 @@ def cmd_twin_study(a: argparse.Namespace) -> int:
 def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare
+    from scenarios.outputs import check_out, mark_dir
+    mark_dir(a.sim_runs, "runs", a.live_runs)
+    if a.figures:
+        check_out(a.figures, "figures", [*a.live_runs, a.sim_runs])
     tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None)
     if a.figures:
         from paper_figures.figures import measured_vs_simulated
@@ -316,6 +354,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 def cmd_figures(a: argparse.Namespace) -> int:
     from paper_figures.figures import headline_figures
+    from scenarios.outputs import check_out
+    check_out(a.out, "figures", a.runs)
     made = headline_figures(_load(a.runs), Path(a.out))
     missing = (Path(a.out) / "MISSING.txt").read_text().strip()
     print(f"wrote {len(made)} figures to {a.out}" + (f"; not drawn:\n{missing}" if missing else ""))
@@ -324,11 +364,15 @@ def cmd_figures(a: argparse.Namespace) -> int:
 
 def cmd_paper(a: argparse.Namespace) -> int:
     from paper_figures.paper import run_paper
+    from scenarios.outputs import mark_dir
+    mark_dir(a.out, "paper")
     return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)
 
 
 def cmd_report(a: argparse.Namespace) -> int:
     from paper_figures.report import build_report
+    from scenarios.outputs import check_out
+    check_out(a.out, "report", a.runs)
     out = build_report(_load(a.runs), a.out, a.title)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
     return 0

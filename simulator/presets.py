@@ -62,7 +62,10 @@ def resolve(preset: str, hw: HardwareProfile, model: ModelProfile, context: int 
 
 
 def _context(given: int | None, context: int | None, model: ModelProfile) -> int:
-    return int(given or context or model.max_context)
+    ctx = int(given or context or model.max_context)
+    if ctx < 16:
+        raise SpecError(f"--context {ctx}: the context length must be at least 16 tokens (default 16384)")
+    return ctx
 
 
 def vllm_activation_gib(model: ModelProfile, batched_tokens: int) -> float:
@@ -170,6 +173,29 @@ def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
                                 "cuda_graph_max_bs": graph_bs, "mem_fraction_static": mf,
                                 "attention_backend": backend, "forward_stream": stream,
                                 "max_total_tokens": pool, "max_running_requests": running})
+
+
+def check_startup(cfg: EngineConfig, longest_request: int) -> None:
+    """Refuse at start, as the engines do, a configuration whose KV cache cannot hold one max-length request.
+
+    vLLM 0.6.3 ``Worker._raise_if_cache_size_invalid`` (vllm/worker/worker.py) and V1
+    ``check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_utils.py) refuse to start when ``max_model_len``
+    tokens do not fit the KV cache. SGLang starts and caps ``max_req_input_len`` at
+    ``min(context_len, max_total_num_tokens) - 1`` (``Scheduler.__init__``, managers/scheduler.py), rejecting
+    every longer prompt; here a trace whose longest request (prompt + max_tokens) the pool cannot hold is
+    refused up front, since every such request of the run would fail."""
+    cap = kv_capacity_tokens(cfg)
+    if isinstance(cfg, SglangConfig):
+        if cap < longest_request:
+            raise SpecError(f"engine sglang {cfg.version}: max_total_tokens={cap} cannot hold the trace's longest "
+                            f"request ({longest_request} tokens, prompt + max_tokens); SGLang would reject it — raise "
+                            "mem_fraction_static or max_total_tokens, or shorten the prompts")
+        return
+    assert cfg.max_model_len is not None
+    if cap < cfg.max_model_len:
+        raise SpecError(f"engine vllm {cfg.version}: the model's max seq len ({cfg.max_model_len}) is larger than "
+                        f"the maximum number of tokens that can be stored in KV cache ({cap}); vLLM refuses to start "
+                        "— raise gpu_memory_utilization or num_gpu_blocks, or lower max_model_len (--context)")
 
 
 def kv_capacity_tokens(cfg: EngineConfig) -> int:

@@ -15,7 +15,7 @@ from scenarios.trace import Trace
 from simulator.config import EngineConfig, VllmV0Config, VllmV1Config
 from simulator.cost_model import CostModel, extends_whole_sequence
 from simulator.engine import Replica
-from simulator.presets import resolve
+from simulator.presets import check_startup, resolve
 from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from simulator.request import Request
 from simulator.schedulers.sglang import SglangScheduler
@@ -86,6 +86,8 @@ def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
     mp = load_model(model) if isinstance(model, str) else model
     cfg = resolve(engine, hw, mp, context, overrides)
+    longest = int((trace.prompt_lengths() + trace.arrays["max_tokens"]).max()) if trace.n_requests else 0
+    check_startup(cfg, longest)
     sched = make_scheduler(cfg)
     cost = CostModel(hw, mp, sched.family, cfg.tensor_parallel_size, graph_limit(cfg), full_extend_attention(cfg))
     env = simpy.Environment()

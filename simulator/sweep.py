@@ -1,18 +1,28 @@
 """Run grid cells: one RunRecord per cell, skipping cells already complete (resumable), on a local
 process pool or a Ray cluster. Each cell is a pure function of its inputs, so records are identical
-whichever executor ran them."""
+whichever executor ran them.
+
+A cell counts as complete only when its sealed record (digests verified) was made from the same trace
+(digest), the same resolved engine configuration and the same duration: a run of a ``--quick`` sweep, of an
+edited grid or of another servetwin's compiler is run again, never silently kept. Ctrl-C stops the pool at
+once (queued cells cancelled, workers stopped), keeping every cell already written.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
-from analysis.records import write_run
+from analysis.records import RecordError, read_meta, write_run
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.grid import Cell
+from simulator.presets import resolve
+from simulator.profiles import load_hardware, load_model
 from simulator.simulate import simulate
 
 
@@ -26,13 +36,52 @@ def run_cell(cell: Cell, out: str) -> str:
     return cell.key
 
 
+def _expected(cell: Cell, digests: dict[str, str]) -> dict[str, Any]:
+    sc = cell.scenario_model()
+    key = sc.model_dump_json()
+    if key not in digests:
+        digests[key] = compile_trace(sc).digest
+    cfg = resolve(cell.engine, load_hardware(cell.hardware), load_model(cell.model), cell.context, cell.overrides)
+    return {"trace_digest": digests[key], "engine_config": cfg.model_dump(mode="json"),
+            "duration_s": float(sc.duration_s)}
+
+
+def is_complete(cell: Cell, out: str | Path, digests: dict[str, str] | None = None) -> bool:
+    """Whether out/<cell.key> holds a sealed record of exactly this cell."""
+    path = Path(out) / cell.key
+    if not (path / "run.json").is_file():
+        return False
+    try:
+        meta = read_meta(path)
+    except RecordError:
+        return False
+    want = _expected(cell, {} if digests is None else digests)
+    return (meta["trace_digest"] == want["trace_digest"] and meta["engine_config"] == want["engine_config"]
+            and float(meta["run_window"]["duration_s"]) == want["duration_s"])
+
+
 def pending(cells: Iterable[Cell], out: str | Path) -> list[Cell]:
-    return [c for c in cells if not (Path(out) / c.key / "run.json").is_file()]
+    digests: dict[str, str] = {}
+    return [c for c in cells if not is_complete(c, out, digests)]
+
+
+def _quiet_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # the parent stops the pool; no traceback per worker
+
+
+def _stop(pool: ProcessPoolExecutor, futs: list[Future[str]]) -> None:
+    for f in futs:
+        f.cancel()
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        proc.terminate()                               # a cell cut short leaves only a hidden temporary directory
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_cells(cells: list[Cell], out: str | Path, executor: str = "local", jobs: int = 0,
-              address: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[str]:
-    todo = pending(cells, out)
+              address: str | None = None, progress: Callable[[int, int], None] | None = None,
+              todo: list[Cell] | None = None) -> list[str]:
+    """Run the cells not yet complete (``todo``: already found by ``pending``) and return their keys."""
+    todo = pending(cells, out) if todo is None else todo
     if executor == "ray":
         return _run_ray(todo, str(out), address, progress)
     jobs = jobs or os.cpu_count() or 1
@@ -43,12 +92,17 @@ def run_cells(cells: list[Cell], out: str | Path, executor: str = "local", jobs:
             if progress:
                 progress(len(done), len(todo))
         return done
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futs = [pool.submit(run_cell, c, str(out)) for c in todo]
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
+    futs = [pool.submit(run_cell, c, str(out)) for c in todo]
+    try:
         for f in as_completed(futs):
             done.append(f.result())
             if progress:
                 progress(len(done), len(todo))
+    except BaseException:
+        _stop(pool, futs)
+        raise
+    pool.shutdown(wait=True)
     return done
 
 

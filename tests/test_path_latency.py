@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis.records import read_run, write_run
-from calibrate.fit import Window, fit_steps, predict_time, with_params
+from calibrate.fit import PROFILE_HEAD, Window, fit_steps, predict_time, with_params
 from calibrate.step_log import measured_latencies
 from calibrate.twin_live import calibration_dir, scenario
 from calibrate.twin_steplog import fit_base, with_own_latencies
@@ -102,7 +102,7 @@ def test_the_study_measures_an_instances_latencies_from_its_step_log(tmp_path: P
     assert (base.request_s, base.deliver_s) == (pytest.approx(0.004, abs=1e-5), pytest.approx(0.006, abs=1e-5))
     assert fit_base(tmp_path, "vllm") == "cpu-base"
     prof = tmp_path / "profiles" / "sglang-lpm.yaml"
-    prof.write_text(Path(load_hardware("cpu-base").path).read_text())
+    prof.write_text(PROFILE_HEAD + Path(load_hardware("cpu-base").path).read_text())    # as the study wrote it
     assert load_hardware(str(with_own_latencies(tmp_path, "sglang-lpm", prof))).overhead("sglang").deliver_s == \
         pytest.approx(0.006, abs=1e-5)
     other = tmp_path / "profiles" / "vllm-c512.yaml"

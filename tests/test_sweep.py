@@ -102,3 +102,46 @@ def test_ray_executor_matches_local(tmp_path: Path):
         a, b = read_run(tmp_path / "local" / c.key), read_run(tmp_path / "ray" / c.key)
         pd.testing.assert_frame_equal(a.requests, b.requests)
         assert a.meta["telemetry_summary"] == b.meta["telemetry_summary"]
+
+
+def test_ctrl_c_stops_a_parallel_sweep_within_seconds_keeping_completed_cells(tmp_path: Path):
+    import signal
+    g = grid_file(tmp_path)
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "servetwin.cli", "sweep", str(g), "--out", str(out), "--jobs", "2"],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(find_runs([out]) if out.exists() else []) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    t0 = time.time()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and time.time() - t0 < 10, err
+    assert "Traceback" not in err
+    kept = find_runs([out])
+    assert 2 <= len(kept) < 24
+    for r in kept:
+        read_run(r)                                                 # every cell kept is whole and sealed
+
+
+def test_resume_reruns_cells_of_another_duration_or_an_edited_grid(tmp_path: Path):
+    from simulator.sweep import pending
+    g = grid_file(tmp_path)
+    cs = [c for c in cells(load_grid(g)) if "0.5" in c.condition][:2]
+    quick = [c for c in cells(load_grid(g), 1 / 3) if "0.5" in c.condition][:2]
+    run_cells(quick, tmp_path / "o", jobs=1)
+    assert len(pending(quick, tmp_path / "o")) == 0
+    assert len(pending(cs, tmp_path / "o")) == 2                    # --quick runs do not count for the full grid
+    run_cells(cs, tmp_path / "o", jobs=1)
+    assert len(pending(cs, tmp_path / "o")) == 0
+    edited = {**GRID, "arms": {"defaults": {"vllm": {"engine": "vllm-0.6.3", "set": {"enable_prefix_caching": True,
+                                                                                      "block_size": 32}},
+                                            "sglang": {"engine": "sglang-0.4.1",
+                                                       "set": {"chunked_prefill_size": 1024}}}}}
+    f = tmp_path / "edited.yaml"
+    f.write_text(yaml.safe_dump(edited))
+    vllm = [c for c in cells(load_grid(f)) if c.key == cs[0].key]
+    assert vllm and pending(vllm, tmp_path / "o") == vllm          # another engine configuration: run again
+    rec = tmp_path / "o" / cs[1].key / "requests.parquet"
+    rec.write_bytes(rec.read_bytes()[:-8])
+    assert [c.key for c in pending(cs, tmp_path / "o")] == [cs[1].key]   # a damaged record: run again

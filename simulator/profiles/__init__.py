@@ -8,13 +8,13 @@ from the model's dimensions, never typed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scenarios.errors import SpecError
+from scenarios.spec import load_yaml
 
 HERE = Path(__file__).parent
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
@@ -46,7 +46,7 @@ def _find(kind: str, name_or_path: str) -> Path:
 
 def _load(kind: str, name_or_path: str) -> tuple[dict, str]:
     path = _find(kind, name_or_path)
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml(path, f"{kind} profile")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a profile is a mapping")
     return data, str(path)
@@ -167,15 +167,32 @@ class HardwareProfile:
         return self.overheads[family]
 
 
+def _build(cls: Any, where: str, **vals: Any) -> Any:
+    """The profile dataclass, each number checked against its field's type (a finite number, an integer, a
+    boolean), so a wrong value is one line naming it instead of an error deep inside the cost model."""
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    missing = [n for n, f in ((f.name, f) for f in dataclasses.fields(cls))
+               if n not in vals and f.default is dataclasses.MISSING]
+    if missing:
+        raise SpecError(f"{where}: '{missing[0]}' is missing; a {cls.__name__} needs {', '.join(fields)}")
+    for k, v in vals.items():
+        want = fields.get(k)
+        if want is None:
+            raise SpecError(f"{where}: unknown field {k!r}; accepted: {', '.join(fields)}")
+        ok = {"float": isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+              "int": isinstance(v, int) and not isinstance(v, bool), "bool": isinstance(v, bool),
+              "str": isinstance(v, str)}.get(str(want), True)
+        if not ok:
+            raise SpecError(f"{where}: '{k}' = {v!r:.40}: expected {'a finite number' if want == 'float' else want}")
+    return cls(**vals)
+
+
 def load_model(name_or_path: str) -> ModelProfile:
     data, where = _load("models", name_or_path)
     vals = _values(data, where, ("name", "description", "dtype"))
     if data.get("dtype") not in DTYPE_BYTES:
         raise SpecError(f"{where}: dtype {data.get('dtype')!r}; accepted: {sorted(DTYPE_BYTES)}")
-    try:
-        return ModelProfile(name=str(data["name"]), dtype=data["dtype"], **vals)
-    except TypeError as err:
-        raise SpecError(f"{where}: {err}") from None
+    return _build(ModelProfile, where, name=str(data.get("name", Path(where).stem)), dtype=data["dtype"], **vals)
 
 
 def _overheads(data: dict, where: str) -> Overheads:
@@ -184,25 +201,23 @@ def _overheads(data: dict, where: str) -> Overheads:
     unknown = sorted(set(vals) - set(accepted))
     if unknown:
         raise SpecError(f"{where}: unknown overhead {unknown[0]!r}; accepted: {', '.join(accepted)}")
-    try:
-        return Overheads(**vals)
-    except TypeError as err:
-        raise SpecError(f"{where}: {err}") from None
+    return _build(Overheads, where, **vals)
 
 
 def load_hardware(name_or_path: str) -> HardwareProfile:
     data, where = _load("hardware", name_or_path)
     cost = data.get("cost") or {}
+    if not isinstance(cost, dict) or not isinstance(cost.get("overheads") or {}, dict):
+        raise SpecError(f"{where}: 'cost' must be a mapping of numbers with an 'overheads' mapping per engine family")
     vals = _values(data, where, ("name", "description", "cost", "kind", "fit", "device"))
     cvals = _values(cost, where, ("overheads",))
     device = str(data.get("device", "cuda"))
     if device not in ("cuda", "cpu"):
         raise SpecError(f"{where}: device {device!r}; accepted: cuda, cpu")
-    ovh = {fam: _overheads(o, f"{where} overheads.{fam}") for fam, o in (cost.get("overheads") or {}).items()}
-    try:
-        return HardwareProfile(name=str(data["name"]), overheads=ovh, path=where, device=device, **vals, **cvals)
-    except TypeError as err:
-        raise SpecError(f"{where}: {err}") from None
+    ovh = {str(fam): _overheads(o if isinstance(o, dict) else {"?": o}, f"{where} overheads.{fam}")
+           for fam, o in (cost.get("overheads") or {}).items()}
+    return _build(HardwareProfile, where, name=str(data.get("name", Path(where).stem)), overheads=ovh, path=where,
+                  device=device, **vals, **cvals)
 
 
 def known(kind: str) -> list[str]:
