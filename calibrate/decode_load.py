@@ -39,6 +39,7 @@ from analysis.records import RunRecord, read_run
 from analysis.stats import geomean
 from analysis.tables import to_markdown
 from calibrate.compare import engine_for, twin
+from calibrate.gates import PoorFit, scale_failure
 from calibrate.step_gaps import token_gaps
 from scenarios.errors import ServetwinError
 from simulator.presets import PRESETS
@@ -107,20 +108,41 @@ def measure(live_run: str | Path | RunRecord, hardware: str, model: str, statist
     return decode_scale(live, twin(live, hardware, model, record_tokens=True), statistic=statistic)
 
 
+def gate(found: DecodeScale, base: str) -> str | None:
+    """Why this decode scale fails the quality gates (calibrate/gates.py), or None: a base profile that
+    failed its own, or streaming counts whose ratios one scale does not describe."""
+    mark = load_hardware(base).poor_fit
+    if mark:
+        return f"its base profile {base} failed its own gates ({mark})"
+    conc = found.by_streams[found.by_streams["streaming"] >= 2]
+    rows = conc if not conc.empty else found.by_streams
+    return scale_failure(rows["ratio"], rows["live_gaps"], found.scale)
+
+
 def scale_profile(live_run: str | Path, hardware: str, model: str, out: str | Path,
-                  source: str | None = None, statistic: str = "mean") -> tuple[DecodeScale, str, Path]:
+                  source: str | None = None, statistic: str = "mean",
+                  accept_poor_fit: bool = False) -> tuple[DecodeScale, str, Path]:
     """Measure the run's decode scale and write ``hardware`` with it for the run's engine family:
-    (what was found, that family, the profile written)."""
+    (what was found, that family, the profile written). A scale that fails the gates raises PoorFit."""
     live = read_run(live_run)
     found = measure(live, hardware, model, statistic)
     family = overhead_family(live)
-    dest = write_scaled(load_hardware(hardware).path, out, family, found, source or str(live_run))
+    why = gate(found, hardware)
+    if why and not accept_poor_fit:
+        raise PoorFit(f"decode scale {found.scale:.3f} of {live_run} fails its quality gates: {why}; nothing "
+                      "written (--accept-poor-fit writes it anyway, marked)")
+    dest = write_scaled(load_hardware(hardware).path, out, family, found, source or str(live_run),
+                        f"decode scale: {why}" if why else None)
     return found, family, dest
 
 
-def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found: DecodeScale, source: str) -> Path:
-    """Copy a profile YAML with ``decode_scale`` set for one engine family (basis: measured)."""
+def write_scaled(hardware_yaml: str | Path, out: str | Path, family: str, found: DecodeScale, source: str,
+                 poor_fit: str | None = None) -> Path:
+    """Copy a profile YAML with ``decode_scale`` set for one engine family (basis: measured); ``poor_fit``
+    marks a scale written although it failed its gates."""
     data = yaml.safe_load(Path(hardware_yaml).read_text())
+    if poor_fit:
+        data.setdefault("fit", {})["poor_fit"] = poor_fit
     ovh = data.setdefault("cost", {}).setdefault("overheads", {})
     if family not in ovh:
         raise ServetwinError(f"{hardware_yaml}: no overheads for engine family {family!r}; it has {sorted(ovh)}")
@@ -148,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     return run(a.live_run, a.hardware, a.model, a.out, a.statistic)
 
 
-def run(live_run: str, hardware: str, model: str, out: str, statistic: str = "mean") -> int:
-    found, family, dest = scale_profile(live_run, hardware, model, out, statistic=statistic)
+def run(live_run: str, hardware: str, model: str, out: str, statistic: str = "mean",
+        accept_poor_fit: bool = False) -> int:
+    found, family, dest = scale_profile(live_run, hardware, model, out, statistic=statistic,
+                                        accept_poor_fit=accept_poor_fit)
     print(to_markdown(found.by_streams))
     lone = f"; lone request {found.lone:.3f} ({found.lone_gaps} gaps)" if found.lone is not None else ""
     print(f"decode_scale {found.scale:.3f} ({family}, {statistic} of {found.gaps} live decode gaps){lone} → {dest}")

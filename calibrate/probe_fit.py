@@ -8,6 +8,7 @@ from typing import Any
 
 from analysis.records import RunRecord, read_run
 from calibrate.fit import FitResult, Observed, Steps, Window, dump_profile, fit_steps, write_profile
+from calibrate.gates import guard
 from scenarios.errors import ServetwinError
 from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
@@ -222,7 +223,9 @@ def _shape(kind: str, n: int, ctx: int, c: int, bs: int, cfg: dict[str, Any], fa
 
 
 def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base: str,
-               out: str | Path) -> tuple[FitResult, list[tuple[Observed, float, str]]]:
+               out: str | Path, accept_poor_fit: bool = False) -> tuple[FitResult, list[tuple[Observed, float, str]]]:
+    """Fit and write the profile; a fit that fails the quality gates (calibrate/gates.py) raises PoorFit and
+    writes nothing, unless ``accept_poor_fit`` (then the profile is written with ``fit.poor_fit`` set)."""
     recs = [read_run(p) for p in paths]
     probed = [o for r in recs for o in observations(r, engine_family)]
     # an engine that does not share KV reads prices shared-prefix decodes as unshared: not fitted
@@ -245,6 +248,7 @@ def fit_probes(paths: Sequence[str | Path], engine_family: str, model: str, base
     if len(obs) < len(probed):
         quality["not_fitted"] = {"shared-prefix decode probes": len(probed) - len(obs),
                                  "why": "the engine's decode does not read a shared prefix in place (kv_shared_cost 1)"}
+    guard(quality, [r.meta.get("client_lag") for r in recs], accept_poor_fit, f"the fit of {len(obs)} probe shapes")
     write_profile(hw.path, out, engine_family, res.params, f"fitted by servetwin calibrate fit on {len(obs)} probes",
                   quality)
     _rename(Path(out))

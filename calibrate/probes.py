@@ -79,6 +79,7 @@ class ProbeRow:
     concurrency: int
     repeat: int
     max_tokens: int = 1
+    client_lag_s: float = 0.0           # the client's worst event-loop lag inside this probe's window
 
 
 class Prober:
@@ -194,20 +195,63 @@ def _frame(recs: list[LiveRequest]) -> tuple[pd.DataFrame, pd.DataFrame]:
                               "tokens": np.asarray(ns, np.int64)})
 
 
-async def _probe(endpoint: str, model: str, plan: ProbePlan, engine_log: str | None) -> tuple[Prober, dict]:
+class LagMonitor:
+    """The client's own lag: a task that asks to wake every ``TICK_S`` and records how late it woke. A client
+    kept off a CPU (an engine's busy threads on the same cores) wakes late for its sockets alike, so its
+    timestamps carry that lateness; each probe records the worst lag inside its window."""
+
+    TICK_S = 0.005
+
+    def __init__(self, t0: float):
+        self.t0 = t0
+        self.times: list[float] = []
+        self.lags: list[float] = []
+
+    async def run(self) -> None:
+        while True:
+            due = time.perf_counter() + self.TICK_S
+            await asyncio.sleep(self.TICK_S)
+            now = time.perf_counter()
+            self.times.append(now - self.t0)
+            self.lags.append(max(0.0, now - due))
+
+    def worst(self, lo: float, hi: float) -> float:
+        t = np.asarray(self.times)
+        inside = np.asarray(self.lags)[(t >= lo) & (t <= hi + self.TICK_S)]
+        return float(inside.max()) if inside.size else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        lag = np.asarray(self.lags) if self.lags else np.zeros(1)
+        return {"p50_s": float(np.quantile(lag, 0.5)), "p99_s": float(np.quantile(lag, 0.99)),
+                "max_s": float(lag.max()), "samples": len(self.lags), "tick_s": self.TICK_S,
+                "scheduling": client_scheduling()}
+
+
+async def _probe(endpoint: str, model: str, plan: ProbePlan, engine_log: str | None) -> tuple[Prober, dict,
+                                                                                               LagMonitor]:
     cfg = DispatchConfig(endpoint=endpoint, model=model, warmup=0, timeout_s=120, stall_s=120)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120, connect=10)) as client:
         await wait_healthy(client, endpoint, 300)
         resolved = await capture_config(client, endpoint, engine_log)
         pr = Prober(client, cfg, plan)
-        await pr.run()
-    return pr, resolved
+        mon = LagMonitor(pr.t0)
+        task = asyncio.create_task(mon.run())
+        try:
+            await pr.run()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return pr, resolved, mon
 
 
 def probe(endpoint: str, model: str, out: str | Path, plan: ProbePlan | None = None,
           engine_log: str | None = None, label: str = "probe") -> RunRecord:
     plan = plan or ProbePlan()
-    pr, resolved = run_loop(_probe(endpoint, model, plan, engine_log))
+    pr, resolved, mon = run_loop(_probe(endpoint, model, plan, engine_log))
+    by_id = {r.request_id: r for r in pr.recs}
+    for row in pr.rows:
+        r = by_id[row.request_id]
+        row.client_lag_s = mon.worst(r.send_s, r.last_token_s if math.isfinite(r.last_token_s) else r.send_s)
     req, chunks = _frame(pr.recs)
     _, all_chunks = _frame(pr.all_recs)
     windows = _mixed_windows(pr, all_chunks)
@@ -218,7 +262,7 @@ def probe(endpoint: str, model: str, out: str | Path, plan: ProbePlan | None = N
                                                      "end_s": float(req["last_token_s"].max())},
         "exclusion": {**default_exclusion(), "exclude_first_dags": 0}, "telemetry_summary": {},
         "versions": {}, "probes": [asdict(r) for r in pr.rows], "plan": asdict(plan), "mixed_windows": windows,
-        "client": {"scheduling": client_scheduling()}}
+        "client": {"scheduling": client_scheduling()}, "client_lag": mon.summary()}
     rec = RunRecord(meta=meta, requests=req, chunks=chunks)
     write_run(rec, out)
     return rec

@@ -158,7 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="token-id range for probe prompts (exclude special tokens)")
     p.add_argument("--chunking", action="store_true",
                    help="only the shapes a chunk budget changes (a second configuration of an engine already probed)")
-    _realtime_flag(p)
+    p.add_argument("--realtime-client", action="store_true", default=True, help=argparse.SUPPRESS)
+    p.add_argument("--normal-priority", dest="realtime_client", action="store_false",
+                   help="keep the client at normal priority (by default it runs at real-time priority where it "
+                        "may: root or CAP_SYS_NICE, so that an engine on the same cores cannot delay it)")
     p.set_defaults(fn=c.cmd_calibrate_probe)
     p = csub.add_parser("fit", help="fit the cost model's coefficients to probe records → a profile YAML")
     p.add_argument("probes", nargs="+")
@@ -166,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--base", default="cpu-base", help="hardware profile to start from")
     p.add_argument("--out", required=True)
+    p.add_argument("--accept-poor-fit", action="store_true",
+                   help="write a fit that fails the quality gates (R² ≥ 0.98, MAPE ≤ 10 %%, each probe kind's median "
+                        "error within 15 %%), marked as such; simulate and compare then print the mark")
     p.set_defaults(fn=c.cmd_calibrate_fit)
     p = csub.add_parser("decode-scale", help="one engine instance's decode steps under load vs a fitted profile, "
                         "from a live run (a calibration trace) → the profile with its decode_scale")
@@ -175,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="profile YAML to write")
     p.add_argument("--statistic", default="mean", choices=["mean", "median"],
                    help="each streaming count's gaps summarised by (default mean: E2E is a sum of gaps)")
+    p.add_argument("--accept-poor-fit", action="store_true",
+                   help="write the scale even where it fails the quality gates (a poor base profile, streaming counts "
+                        "more than 15 %% from the scale), marked as such")
     p.set_defaults(fn=c.cmd_calibrate_decode_scale)
 
     p = sub.add_parser("compare", help="simulate every live run's trace with its resolved configuration; "

@@ -75,6 +75,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from simulator.presets import parse_overrides
     inputs = _inputs(a)
     check_out(a.out, "run", inputs)
+    _warn_poor(a.hardware)
     trace = _trace_for(a)
     rec = simulate(trace, a.engine, a.hardware, a.model, parse_overrides(a.set), a.context,
                    timeout_s=a.timeout, record_tokens=a.chunks)
@@ -294,13 +295,24 @@ def _first_model(endpoint: str) -> str:
 
 
 def cmd_calibrate_probe(a: argparse.Namespace) -> int:
+    from calibrate.gates import LAG_SUSPECT_S
     from calibrate.probes import ProbePlan, probe
+    from scenarios.outputs import check_out
     plan = ProbePlan.chunking(a.repeats) if a.chunking else ProbePlan(repeats=a.repeats)
     plan.vocab = (a.vocab[0], a.vocab[1])
+    check_out(a.out, "run")
     _client_priority(a)
     rec = probe(a.endpoint, a.model or _first_model(a.endpoint), a.out, plan, a.engine_log)
     ok = int(rec.requests["ok"].sum())
-    print(f"wrote {a.out}: {ok}/{len(rec.requests)} probe requests ok")
+    lag = rec.meta["client_lag"]
+    print(f"wrote {a.out}: {ok}/{len(rec.requests)} probe requests ok; client {lag['scheduling']}, its event loop "
+          f"late by {lag['p50_s'] * 1000:.2f} ms p50, {lag['p99_s'] * 1000:.1f} ms p99, "
+          f"{lag['max_s'] * 1000:.0f} ms max")
+    if lag["p99_s"] > LAG_SUSPECT_S:
+        print(f"servetwin: warning: the client lagged {lag['p99_s'] * 1000:.0f} ms (p99) while probing: short probes "
+              "carry that delay; a fit of them is likely to fail its quality gates" + (
+                  "" if lag["scheduling"] == "fifo" else " (run as root or with CAP_SYS_NICE for real-time priority)"),
+              file=sys.stderr)
     return 0 if ok == len(rec.requests) else 1
 
 
@@ -308,8 +320,9 @@ def cmd_calibrate_fit(a: argparse.Namespace) -> int:
     from calibrate.probe_fit import fit_probes
     from scenarios.outputs import check_out
     check_out(a.out, "profile", a.probes)
-    res, obs = fit_probes(a.probes, a.engine, a.model, a.base, a.out)
+    res, obs = fit_probes(a.probes, a.engine, a.model, a.base, a.out, a.accept_poor_fit)
     print(f"wrote {a.out}: R² {res.r2:.4f}, MAPE {res.mape:.1%} over {len(obs)} probe shapes")
+    _warn_poor(a.out)
     for k, v in res.params.items():
         print(f"  {k:14s} {v:.6g}")
     return 0
@@ -317,7 +330,16 @@ def cmd_calibrate_fit(a: argparse.Namespace) -> int:
 
 def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
     from calibrate.decode_load import run
-    return run(a.live_run, a.hardware, a.model, a.out, a.statistic)
+    return run(a.live_run, a.hardware, a.model, a.out, a.statistic, a.accept_poor_fit)
+
+
+def _warn_poor(hardware: str) -> None:
+    """Print a profile's poor-fit mark (written with --accept-poor-fit), if it has one."""
+    from simulator.profiles import load_hardware
+    mark = load_hardware(hardware).poor_fit
+    if mark:
+        print(f"servetwin: warning: hardware profile {hardware} was written with --accept-poor-fit: {mark}",
+              file=sys.stderr)
 
 
 def cmd_twin_study(a: argparse.Namespace) -> int:
@@ -333,6 +355,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
     from calibrate.compare import compare
     from scenarios.outputs import check_out, mark_dir
     mark_dir(a.sim_runs, "runs", a.live_runs)
+    _warn_poor(a.hardware)
     if a.figures:
         check_out(a.figures, "figures", [*a.live_runs, a.sim_runs])
     tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None)

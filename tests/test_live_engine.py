@@ -274,3 +274,43 @@ def test_chat_path_with_exact_text_prompts(engine: VllmCpu, model_dir: Path, tmp
     overhead = [x["server_prompt_tokens"] - x["prompt_tokens"] for x in rows]
     # the template adds a fixed number of tokens; a merge at its seam with the text may move one token
     assert max(overhead) - min(overhead) <= 1 and min(overhead) >= 0
+
+
+def test_the_documented_calibration_recipe_fits_within_its_gates_or_says_why(tmp_path: Path):
+    """docs/live.md's recipe as a user runs it: the launcher in the background, `calibrate probe` and
+    `calibrate fit` as documented. The fit passes its gates (R² ≥ 0.99 and MAPE ≤ 8 % here, the issue's
+    target) or is refused with one line naming its cause; the launcher stops its engine on SIGTERM."""
+    import json
+    import os
+    import signal
+
+    import yaml
+    port, log = free_port(), tmp_path / "vllm-engine.log"
+    launcher = subprocess.Popen([sys.executable, "-m", "live.local_engine", "--port", str(port), "--log", str(log)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    try:
+        assert "serving tiny-llama" in (launcher.stdout.readline() if launcher.stdout else "")
+        st = [sys.executable, "-m", "servetwin.cli"]
+        probe = subprocess.run([*st, "calibrate", "probe", "--endpoint", f"http://127.0.0.1:{port}", "--engine-log",
+                                str(log), "--out", str(tmp_path / "probes")], cwd=ROOT, capture_output=True,
+                               text=True)
+        assert probe.returncode == 0, probe.stderr
+        lag = json.loads((tmp_path / "probes" / "run.json").read_text())["client_lag"]
+        assert lag["samples"] > 100 and "client" in probe.stdout
+        fit = subprocess.run([*st, "calibrate", "fit", str(tmp_path / "probes"), "--engine", "vllm-v1", "--model",
+                              "tiny-llama", "--base", "cpu-base", "--out", str(tmp_path / "fitted.yaml")], cwd=ROOT,
+                             capture_output=True, text=True)
+        if fit.returncode == 1:          # refused: one line with its cause, nothing written
+            assert len(fit.stderr.strip().splitlines()) == 1 and "quality gates" in fit.stderr, fit.stderr
+            assert not (tmp_path / "fitted.yaml").exists()
+            pytest.skip(f"this host's probes were refused with their cause: {fit.stderr.strip()}")
+        assert fit.returncode == 0, fit.stderr
+        q = yaml.safe_load((tmp_path / "fitted.yaml").read_text())["fit"]
+        assert q["r2"] >= 0.99 and q["mape"] <= 0.08, (q["r2"], q["mape"], lag)
+    finally:
+        os.kill(launcher.pid, signal.SIGTERM)                 # as a script or a service manager stops it
+        rc = launcher.wait(60)
+    assert rc == 0
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)    # its engine went with it

@@ -159,6 +159,7 @@ class HardwareProfile:
     kappa_attn: float = 1.0       # attention's cost per FLOP relative to the linear layers' (fitted on CPUs)
     device: str = "cuda"          # "cpu": engines resolve their CPU defaults (no CUDA graphs, CPU kernels)
     kv_shared_cost: float = 1.0   # a decode context token another decode of the step already read, vs a first read
+    poor_fit: str = ""            # why its fit failed the quality gates, where written with --accept-poor-fit
 
     def overhead(self, family: str) -> Overheads:
         if family not in self.overheads:
@@ -216,8 +217,9 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
         raise SpecError(f"{where}: device {device!r}; accepted: cuda, cpu")
     ovh = {str(fam): _overheads(o if isinstance(o, dict) else {"?": o}, f"{where} overheads.{fam}")
            for fam, o in (cost.get("overheads") or {}).items()}
+    fit: dict[str, Any] = data["fit"] if isinstance(data.get("fit"), dict) else {}
     return _build(HardwareProfile, where, name=str(data.get("name", Path(where).stem)), overheads=ovh, path=where,
-                  device=device, **vals, **cvals)
+                  device=device, poor_fit=str(fit.get("poor_fit") or ""), **vals, **cvals)
 
 
 def known(kind: str) -> list[str]:
