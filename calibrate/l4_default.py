@@ -24,7 +24,7 @@ from scipy.optimize import minimize
 
 from analysis.metrics import run_metrics
 from analysis.stats import geomean
-from calibrate.fit import write_profile
+from calibrate.fit import dump_profile, write_profile
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.profiles import HardwareProfile, load_hardware
@@ -104,7 +104,7 @@ def _rename(path: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["name"] = "l4"
     data["description"] = "NVIDIA L4 24 GB, calibrated on C1-C3 (python -m calibrate.l4_default)"
-    path.write_text(yaml.safe_dump(data, sort_keys=False, width=120))
+    dump_profile(path, data)
 
 
 if __name__ == "__main__":
