@@ -131,21 +131,45 @@ def _resolve_vllm_v1(c: VllmV1Config, hw: HardwareProfile, model: ModelProfile,
 
 
 def _sglang_mem_fraction(c: SglangConfig, hw: HardwareProfile, chunk: int, graph_bs: int) -> float:
+    """0.4.1: by TP size alone (server_args.py ``__post_init__``). Current (0.5.23,
+    arg_groups/memory_hook.py ``handle_gpu_memory_settings``): (GPU MiB − reserved) / GPU MiB, rounded to
+    3 places, GPU MiB as nvidia-smi reports it (``get_nvgpu_memory_capacity``), reserved = 512 + 1.5 ×
+    max(chunk, 2048) + TP/8 × 1024 + 2 × the decode graphs' max batch (``reserve_for_graph_mb``), at least
+    10 GiB above 60 GiB."""
     tp = c.tensor_parallel_size
     if c.version.startswith("0.4"):
         return 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
-    gpu_mib = hw.memory_cuda_gib * 1024
+    gpu_mib = hw.memory_smi_mib
     reserved = 512 + 1.5 * max(chunk, 2048) + tp / 8 * 1024 + 2 * graph_bs
-    if hw.memory_cuda_gib > 60:
+    if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
+# current SGLang's GPU bands (memory_hook.py): (upper bound MiB, chunk, decode graph max bs at TP < 4, at TP ≥ 4)
+_SGLANG_BANDS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
+                 (90 * 1024, 8192, 256, 512), (160 * 1024, 8192, 256, 512), (float("inf"), 16384, 512, 512))
+
+
+def _sglang_band(hw: HardwareProfile) -> tuple[float, int, int, int]:
+    return next(b for b in _SGLANG_BANDS if hw.memory_smi_mib < b[0])
+
+
 def _sglang_chunk(c: SglangConfig, hw: HardwareProfile) -> int:
+    """0.4.1: 2,048 below 25,000 MiB, else 8,192 (server_args.py); current: by its GPU bands."""
     if c.version.startswith("0.4"):
         return 2048 if hw.memory_smi_mib < 25000 else 8192
-    g = hw.memory_cuda_gib
-    return 2048 if g < 20 else 4096 if g < 60 else 8192 if g < 160 else 16384
+    return _sglang_band(hw)[1]
+
+
+def _sglang_graph_bs(c: SglangConfig, hw: HardwareProfile) -> int:
+    """0.4.1: 8 (TP < 4) or 80 below 25,000 MiB, else 160 (server_args.py); current: by its GPU bands, capped
+    at max_running_requests when that is given."""
+    tp = c.tensor_parallel_size
+    if c.version.startswith("0.4"):
+        return (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
+    bs = _sglang_band(hw)[2 if tp < 4 else 3]
+    return min(bs, c.max_running_requests) if c.max_running_requests else bs
 
 
 def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
@@ -156,7 +180,7 @@ def _resolve_sglang(c: SglangConfig, hw: HardwareProfile, model: ModelProfile,
     graph_bs = c.cuda_graph_max_bs
     cpu = hw.device == "cpu"
     if graph_bs is None:      # on a CPU: no graphs; every pure-decode step takes the decode-step overhead
-        graph_bs = 1 << 20 if cpu else (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
+        graph_bs = 1 << 20 if cpu else _sglang_graph_bs(c, hw)
     backend = c.attention_backend or ("torch_native" if cpu else "flashinfer")
     stream = c.forward_stream or ("inline" if cpu else "device")
     # On a CPU, SGLang 0.5.23 resolved mem_fraction_static=0.716 of RAM here (observed, not its rule).

@@ -124,7 +124,24 @@ def test_cpu_device_resolves_sglang_cpu_defaults():
     gpu = resolve("sglang-current", load_hardware("l4"), M, 8192)
     assert cpu.attention_backend == "torch_native" and full_extend_attention(cpu)
     assert cpu.cuda_graph_max_bs is not None and cpu.cuda_graph_max_bs > 4096     # no graph limit on a CPU
-    assert gpu.attention_backend == "flashinfer" and not full_extend_attention(gpu) and gpu.cuda_graph_max_bs == 8
+    assert gpu.attention_backend == "flashinfer" and not full_extend_attention(gpu) and gpu.cuda_graph_max_bs == 48
+
+
+def test_sglang_memory_settings_follow_each_release():
+    """0.4.1 (server_args.py): chunk 2,048 and graphs to batch 8 below 25,000 MiB, mem_fraction_static 0.88 at
+    TP 1. Current (memory_hook.py handle_gpu_memory_settings): an L4 (23,034 MiB) is in the 20–35 GiB band —
+    chunk 4,096, graphs to batch 48 — and keeps (23,034 − 512 − 6,144 − 128 − 96) / 23,034 = 0.701 for weights
+    and KV: about 1,500 tokens of KV for an 8B bf16 model, which a 4,096-token agent trace cannot use."""
+    from simulator.presets import check_startup, kv_capacity_tokens, resolve
+    l4 = load_hardware("l4")
+    old, cur = resolve("sglang-0.4.1", l4, M, 16384), resolve("sglang-current", l4, M, 16384)
+    assert (old.chunked_prefill_size, old.cuda_graph_max_bs, old.mem_fraction_static) == (2048, 8, 0.88)
+    assert (cur.chunked_prefill_size, cur.cuda_graph_max_bs, cur.mem_fraction_static) == (4096, 48, 0.701)
+    assert kv_capacity_tokens(cur) < 4096
+    with pytest.raises(SpecError, match="mem_fraction_static"):
+        check_startup(cur, 4096 + 128)
+    h100 = resolve("sglang-current", load_hardware("h100"), M, 16384)
+    assert (h100.chunked_prefill_size, h100.cuda_graph_max_bs) == (8192, 256)
 
 
 def test_per_prefill_token_overhead_counts_whole_sequences():

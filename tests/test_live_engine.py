@@ -179,7 +179,9 @@ def test_compare_two_cpu_configurations(engine: VllmCpu, model_dir: Path, tmp_pa
     plan = ProbePlan(prefill_lengths=(64, 512, 2048), cached=((1024, 64),), decode_batches=(1, 4, 8), repeats=1,
                      decode_tokens=32)
     probe(engine.url, "tiny-llama", tmp_path / "probe", plan, str(engine.log_path))
-    fit_probes([tmp_path / "probe"], "vllm-v1", "tiny-llama", "cpu-base", tmp_path / "cpu.yaml")
+    # the loop, not the fit's quality, is under test: a one-repeat plan at normal priority on a loaded CI host
+    # can fail the gates (test_the_documented_calibration_recipe… holds the recipe to them)
+    fit_probes([tmp_path / "probe"], "vllm-v1", "tiny-llama", "cpu-base", tmp_path / "cpu.yaml", accept_poor_fit=True)
     trace = small_trace(duration=25.0, seed=3)
     dcfg = DispatchConfig(endpoint=engine.url, model="tiny-llama", warmup=2)
     run_live(trace, dcfg, LiveOptions("apc-on", engine_log=str(engine.log_path)), tmp_path / "live" / "apc-on")
@@ -237,7 +239,8 @@ def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_pat
     cfg = rec.meta["engine_config"]
     assert cfg["schedule_policy"] == "lpm" and cfg["page_size"] == 1 and not rec.meta["config_warnings"]
     assert rec.meta["telemetry_summary"]["prefix_hit_tokens"] > 0
-    res, _ = fit_probes([tmp_path / "probe"], "sglang", "tiny-llama", "cpu-base", tmp_path / "cpu-sglang.yaml")
+    res, _ = fit_probes([tmp_path / "probe"], "sglang", "tiny-llama", "cpu-base", tmp_path / "cpu-sglang.yaml",
+                        accept_poor_fit=True)                 # its own bounds below; the gates hold the recipe
     assert "per_prefill_seq_s" in res.params                              # freed by the batched probe
     runs = read_forwards(tmp_path / "steps")
     extends = [r for r in runs if r["mode"] == "EXTEND"]
