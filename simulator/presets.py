@@ -168,7 +168,7 @@ def _sglang_graph_bs(c: SglangConfig, hw: HardwareProfile) -> int:
     tp = c.tensor_parallel_size
     if c.version.startswith("0.4"):
         return (8 if tp < 4 else 80) if hw.memory_smi_mib < 25000 else 160
-    bs = _sglang_band(hw)[2 if tp < 4 else 3]
+    bs = int(_sglang_band(hw)[2 if tp < 4 else 3])
     return min(bs, c.max_running_requests) if c.max_running_requests else bs
 
 
