@@ -80,21 +80,30 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "t", base / "r"
 
 
+def _damaged(tmp: Path, sealed: Path, name: str, data: bytes) -> tuple[Path, Path]:
+    """A copy of a sealed trace or record with one file replaced by ``data``; and an output path."""
+    d = _fresh(tmp)
+    copy = Path(shutil.copytree(sealed, d / sealed.name))
+    (copy / name).write_bytes(data)
+    return copy, d / "out"
+
+
+def _refused(capsys: pytest.CaptureFixture[str], args: list[str], out: Path, codes: tuple[int, ...]) -> None:
+    rc = main(args)
+    _, err = capsys.readouterr()
+    assert rc in codes and len(err.strip().splitlines()) == 1 and "internal error" not in err, (args, err)
+    assert not out.exists()
+
+
 @SETTINGS
 @given(data=payloads, name=st.sampled_from(["manifest.json", "dag.npy", "prefix.npy", "segments.npy"]),
        which=st.sampled_from(["validate", "show", "simulate"]))
 def test_random_trace_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], sealed: tuple[Path, Path],
                             data: bytes, name: str, which: str) -> None:
-    d = _fresh(tmp_path)
-    t = Path(shutil.copytree(sealed[0], d / "t"))
-    (t / name).write_bytes(data)
-    out = d / "out"
+    t, out = _damaged(tmp_path, sealed[0], name, data)
     args = {"validate": ["trace", "validate", str(t)], "show": ["trace", "show", str(t)],
             "simulate": ["simulate", "--trace", str(t), "--engine", "vllm-0.6.3", "--out", str(out)]}[which]
-    rc = main(args)
-    _, err = capsys.readouterr()
-    assert rc in (1, 2) and len(err.strip().splitlines()) == 1 and "internal error" not in err, (name, err)
-    assert not out.exists()
+    _refused(capsys, args, out, (1, 2))
 
 
 @SETTINGS
@@ -102,14 +111,8 @@ def test_random_trace_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
        which=st.sampled_from(["analyze", "figures", "report", "fit"]))
 def test_random_record_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], sealed: tuple[Path, Path],
                              data: bytes, name: str, which: str) -> None:
-    d = _fresh(tmp_path)
-    r = Path(shutil.copytree(sealed[1], d / "r"))
-    (r / name).write_bytes(data)
-    out = d / "out"
+    r, out = _damaged(tmp_path, sealed[1], name, data)
     args = {"analyze": ["analyze", str(r)], "figures": ["figures", str(r), "--out", str(out)],
             "report": ["report", str(r), "--out", str(out)],
             "fit": ["calibrate", "fit", str(r), "--out", str(out)]}[which]
-    rc = main(args)
-    _, err = capsys.readouterr()
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "internal error" not in err, (name, err)
-    assert not out.exists()
+    _refused(capsys, args, out, (2,))
