@@ -9,7 +9,7 @@ from pathlib import Path
 from scenarios.errors import ServetwinError
 
 # the held-out twin's calibrations (calibrate.twin_study), the default first: its engine's calibration traces
-# pooled (since twin-ag: docs/twin-study.md, "twin-af"), or each instance's own
+# pooled (docs/twin-study.md, "What it runs"), or each instance's own
 CALIBRATIONS = ("engine", "instance")
 
 
@@ -52,7 +52,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--warm-up", type=seconds, default=0.0, metavar="SECONDS",
                     help="each instance first serves this many seconds of agent traffic spread over the cells "
                          "(seed 4, in OUT/warm-up; used by no twin) before its calibration traces; default 0: "
-                         "none (docs/twin-study.md, \"twin-ai\")")
+                         "none (docs/twin-study.md, \"What it runs\")")
     ap.add_argument("--interleave", action="store_true",
                     help="hold every instance at once and serve the study runs slot by slot (each cell's seed on "
                          "every configuration, in a rotated order), each instance paused while another serves; by "

@@ -86,7 +86,7 @@ CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration trac
 # WARM_UP_SEED is neither a study seed nor the calibration's. On a CPU without AVX-512 a fresh SGLang instance
 # decoded its first 30 s of agent traffic at 1.36–1.45 of its profile and the next 60 s at 0.95–1.07, and every
 # instance of two studies decoded 6–28 % faster in its runs than in its calibration traces (docs/twin-study.md,
-# "twin-ai"); off by default until a study has tested it held out.
+# "Hosts differ"); off by default until a study has tested it held out.
 WARM_UP_SEED = 4
 # each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
 RUN_S = 40.0
@@ -332,10 +332,10 @@ def run_interleaved(out: Path, seeds: list[int], duration: float, cells: Callabl
     caches kept); then the study runs go slot by slot (``slots``), each slot's configurations in a rotated order
     (``rotated``), each instance continued for its run and paused again. A change of the host's speed over the
     study then falls on every configuration's runs alike, where one instance at a time (``run_engines``) gives
-    it to whichever instance was serving. Five instances are resident together (11 GB in use on the 2-core
-    Xeon of ``twin-am``). With ``calibration_slots`` the calibration traces are slots too: each cell's, on every
+    it to whichever instance was serving. Five instances are resident together (11 GB in use on a 2-core
+    Xeon). With ``calibration_slots`` the calibration traces are slots too: each cell's, on every
     configuration, just before that cell's study slots, so the calibration spans the study's time as its runs
-    do (``twin-am`` and ``twin-aq`` served them all first, and the host changed speed after them)."""
+    do (interleaved studies that served them all first saw the host change speed after them)."""
     held: dict[str, VllmCpu] = {}
     try:
         for label in ORDER:
