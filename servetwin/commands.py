@@ -354,11 +354,13 @@ def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare
     from scenarios.outputs import check_out, mark_dir
-    mark_dir(a.sim_runs, "runs", a.live_runs)
-    _warn_poor(a.hardware)
+    check_out(a.sim_runs, "runs", a.live_runs)
     if a.figures:
         check_out(a.figures, "figures", [*a.live_runs, a.sim_runs])
-    tables = compare(_load(a.live_runs), a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None)
+    lives = _load(a.live_runs)                 # a bad record is refused before anything is written
+    _warn_poor(a.hardware)
+    mark_dir(a.sim_runs, "runs", a.live_runs)
+    tables = compare(lives, a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None)
     if a.figures:
         from paper_figures.figures import measured_vs_simulated
         measured_vs_simulated(tables["side_by_side"], Path(a.figures))

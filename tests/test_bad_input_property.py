@@ -108,11 +108,13 @@ def test_random_trace_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
 
 @SETTINGS
 @given(data=payloads, name=st.sampled_from(["run.json", "requests.parquet", "telemetry.parquet"]),
-       which=st.sampled_from(["analyze", "figures", "report", "fit"]))
+       which=st.sampled_from(["analyze", "figures", "report", "fit", "compare", "decode-scale"]))
 def test_random_record_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], sealed: tuple[Path, Path],
                              data: bytes, name: str, which: str) -> None:
     r, out = _damaged(tmp_path, sealed[1], name, data)
     args = {"analyze": ["analyze", str(r)], "figures": ["figures", str(r), "--out", str(out)],
             "report": ["report", str(r), "--out", str(out)],
-            "fit": ["calibrate", "fit", str(r), "--out", str(out)]}[which]
+            "fit": ["calibrate", "fit", str(r), "--out", str(out)],
+            "compare": ["compare", str(out), str(r), "--hardware", "cpu-base"],
+            "decode-scale": ["calibrate", "decode-scale", str(r), "--hardware", "cpu-base", "--out", str(out)]}[which]
     _refused(capsys, args, out, (2,))
