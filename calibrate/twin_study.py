@@ -270,7 +270,7 @@ def knee_cells(out: Path, quick: bool) -> Cells:
     sc = scenario_from_dict(scenario(1.0, SHARINGS[0], 300.0, 1))
     cap = capacity_search(sc, "sglang-current", str(knee_profile(out)), "tiny-llama",
                           {"max_total_tokens": 65536, "schedule_policy": "lpm"},
-                          lo=0.2, hi=4.0, seeds=(1,), context=8192)
+                          lo=0.2, hi=4.0, seeds=(1,), context=8192, pace="realised")
     knee = cap.keeps_rate
     high, low = SHARINGS
     conditions = [(round(0.6 * knee, 2), high)] if quick else [(round(0.6 * knee, 2), high),

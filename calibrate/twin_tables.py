@@ -43,7 +43,7 @@ def busiest_process(r: Any) -> dict[str, Any]:
 
 def keeps_pace_table(sbs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: mean pace and the share of seeds keeping pace, measured and simulated."""
-    p = sbs[sbs["metric"] == "pace"]
+    p = sbs[sbs["metric"] == "pace_realised"]
     return p.groupby("config").agg(
         seeds=("seed", "nunique"), measured_pace=("measured", "mean"), simulated_pace=("simulated", "mean"),
         measured_keeps=("measured", lambda x: float((x >= KEEPS_PACE).mean())),

@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--lo", type=float, default=0.02, help="lowest DAG rate to try")
     p.add_argument("--hi", type=float, default=1.0, help="highest DAG rate to try first")
+    p.add_argument("--pace", choices=["nominal", "realised"], default="nominal",
+                   help="keeps pace against the nominal offered load, as the study defines it (default), or against "
+                        "each run's realised load")
     p.set_defaults(fn=c.cmd_capacity)
 
     p = sub.add_parser("analyze", help="the study's tables from runs")

@@ -111,9 +111,11 @@ class CostModel:
         self._flm = 2.0 * model.lm_head_params / tp
         self._attn = hw.kappa_attn * model.attention_flops_per_pair / tp
         self._w = model.streamed_weight_bytes / tp
-        self._kv_read = hw.kappa_kv * kv
+        self.eta_compute = hw.eta_compute if self.ovh.eta_compute is None else self.ovh.eta_compute
+        self.kappa_kv = hw.kappa_kv if self.ovh.kappa_kv is None else self.ovh.kappa_kv
+        self._kv_read = self.kappa_kv * kv
         self._kv_write = kv
-        self._fc = 1.0 / (hw.eta_compute * hw.peak_flops)
+        self._fc = 1.0 / (self.eta_compute * hw.peak_flops)
         self._fm = 1.0 / (hw.eta_bandwidth * hw.mem_bandwidth)
         self._ar_bytes = 2.0 * (tp - 1) / tp * model.hidden * model.dtype_bytes if tp > 1 else 0.0
 

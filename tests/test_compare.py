@@ -175,7 +175,7 @@ def test_twin_takes_the_live_runs_resolved_settings():
 
 def test_twin_study_keeps_pace_table():
     from calibrate.twin_tables import keeps_pace_table
-    sbs = pd.DataFrame({"config": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2], "metric": ["pace"] * 4,
+    sbs = pd.DataFrame({"config": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2], "metric": ["pace_realised"] * 4,
                         "measured": [0.99, 0.90, 1.0, 1.0], "simulated": [0.98, 0.98, 0.5, 1.0]})
     t = keeps_pace_table(sbs).set_index("config")
     assert t.loc["a", "measured_keeps"] == 0.5 and t.loc["a", "simulated_keeps"] == 1.0

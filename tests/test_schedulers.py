@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from simulator.schedulers.sglang import SglangScheduler
@@ -305,3 +307,58 @@ def test_sglang_a_deferred_prompt_keeps_its_decode_slot_and_frees_its_duplicates
     s.check_integrity()
     assert s.available == free - 2 + 300
     assert a.engine.kv_len == 401 and a.engine.prefix_len == 400
+
+
+def _step(s, t):  # type: ignore[no-untyped-def]
+    st = s.schedule(t, t)
+    s.complete(st, t + 1, t)
+    s.check_integrity()
+    return st
+
+
+def test_sglang_decode_that_fits_with_evictable_cache_is_never_retracted():
+    """``check_decode_mem`` (0.4.1 schedule_batch.py): a decode batch short of free slots evicts unlocked
+    radix-cache leaves first; it retracts only when free + evictable slots cannot hold one token per
+    request."""
+    s = SglangScheduler(config("sglang-0.4.1", max_total_tokens=1000, disable_overlap_schedule=True))
+    done = request(0, 600, max_tokens=2)
+    s.add(done, 0)
+    t = 0
+    while not done.is_finished:
+        _step(s, t)
+        t += 1
+    assert s.tree.evictable_size >= 600 and s.available < 400      # its prompt is cached, unlocked
+    runners = [request(i, 150, max_tokens=200) for i in (1, 2)]
+    for r in runners:
+        s.add(r, t)
+    while any(not r.is_finished for r in runners):
+        _step(s, t)
+        t += 1
+        assert t < 1000
+    assert s.counters.preemptions == 0
+    assert s.tree.match_prefix(done.tokens(600), t)[0] < 600           # it evicted instead
+
+
+def test_sglang_admission_reserves_what_0_4_1_reserves():
+    """``PrefillAdder`` (0.4.1 schedule_policy.py): the budget is free + evictable slots minus, per running
+    request, min(max_new_tokens − outputs, 4096) × new_token_ratio; a request needs its extend length plus
+    min(max_new_tokens, 4096) strictly below what is left."""
+    s = SglangScheduler(config("sglang-0.4.1", max_total_tokens=2000, disable_overlap_schedule=True))
+    a = request(0, 500, max_tokens=1000)
+    s.add(a, 0)
+    _step(s, 0)
+    assert a in s.running and s.ratio == s.init_ratio
+    left = s.available + s.tree.evictable_size - min(a.max_tokens - a.output_len, 4096) * s.ratio
+    need = math.ceil(left)                     # extend + max_new at the budget: refused
+    too_big = request(2, need - 10, max_tokens=10)
+    s.add(too_big, 1)
+    st = s.schedule(1, 1)
+    assert st.kind == "decode" and too_big in s.waiting and s.batch_is_full
+    s.abort(too_big, 1)
+    s.complete(st, 2, 1)
+    s.batch_is_full = False                    # as when a request leaves
+    left = s.available + s.tree.evictable_size - min(a.max_tokens - a.output_len, 4096) * s.ratio
+    b = request(1, math.ceil(left) - 1 - 10, max_tokens=10)     # one token under: admitted
+    s.add(b, 2)
+    st = s.schedule(2, 2)
+    assert st.kind == "prefill" and [r for r, _ in st.items] == [b]

@@ -139,6 +139,10 @@ class Overheads:
     #                                         apart from the concurrent ones (None: ``decode_scale``)
     prefill_scale: float = 1.0  # steps with prefill of one engine instance under serving load vs its probes'
     #                             (Σ measured / Σ priced over its logged forwards: ``calibrate.step_log``)
+    eta_compute: float | None = None  # this engine family's kernels' compute efficiency, where its prefill path
+    #                                   differs from the other family's (None: the profile's eta_compute)
+    kappa_kv: float | None = None     # this family's cost of a KV read relative to a weight read, where its
+    #                                   attention kernels differ (None: the profile's kappa_kv)
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,10 @@ def _build(cls: Any, where: str, **vals: Any) -> Any:
         want = fields.get(k)
         if want is None:
             raise SpecError(f"{where}: unknown field {k!r}; accepted: {', '.join(fields)}")
-        ok = {"float": isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+        if v is None and "None" in str(want):
+            continue
+        ok = {"float | None": isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+              "float": isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
               "int": isinstance(v, int) and not isinstance(v, bool), "bool": isinstance(v, bool),
               "str": isinstance(v, str)}.get(str(want), True)
         if not ok:
