@@ -35,11 +35,10 @@ from calibrate.fit import dump_profile
 from simulator.profiles import HardwareProfile, load_hardware
 
 HERE = Path(__file__).resolve().parent.parent / "simulator" / "profiles" / "hardware"
-START = {"eta_bandwidth": 0.85, "vllm-v0.eta_compute": 0.3, "sglang.eta_compute": 0.3, "kv_shared_cost": 0.45,
-         "vllm-v0.kappa_kv": 1.2, "sglang.kappa_kv": 0.35, "sglang.step_eager_s": 0.02}
-BOUNDS = {"eta_bandwidth": (0.5, 0.95), "vllm-v0.eta_compute": (0.15, 0.6), "sglang.eta_compute": (0.15, 0.6),
-          "kv_shared_cost": (0.02, 1.0), "vllm-v0.kappa_kv": (0.1, 2.0), "sglang.kappa_kv": (0.1, 2.0),
-          "sglang.step_eager_s": (0.002, 0.06)}
+START = {"eta_bandwidth": 0.8, "eta_compute": 0.45, "kv_shared_cost": 0.5, "vllm-v0.kappa_kv": 0.6,
+         "sglang.kappa_kv": 0.6, "sglang.step_eager_s": 0.02}
+BOUNDS = {"eta_bandwidth": (0.5, 0.95), "eta_compute": (0.2, 0.6), "kv_shared_cost": (0.02, 1.0),
+          "vllm-v0.kappa_kv": (0.1, 2.0), "sglang.kappa_kv": (0.1, 2.0), "sglang.step_eager_s": (0.002, 0.06)}
 NAMES = tuple(START)
 
 

@@ -28,7 +28,8 @@ def run_paper(out: Path, quick: bool = False, jobs: int = 0) -> int:
     runs = [read_run(p) for p in find_runs([runs_dir])]
     tables = all_tables(runs)
     abs_t = tables["absolute"][["condition", "arm", "config", "ttft_p50", "ttft_p95", "tpot_p50", "throughput",
-                                "offered_load", "realised_load", "keeps_pace", "kv_peak", "preemptions_max"]]
+                                "offered_load", "realised_load", "keeps_pace", "seeds_keeping_pace_realised", "kv_peak",
+                                "preemptions_max"]]
     dec = tables["decomposition"]
     text = ("## Decomposition (gap = vLLM / SGLang; φ = share of the defaults gap removed by matching "
             "chunked prefill)\n\n" + to_markdown(dec) + "\n## Per configuration (geometric means over seeds)\n\n"

@@ -149,6 +149,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     print(f"{a.engine}: keeps pace at {cap.keeps_rate:.4f} DAG/s (offered {cap.keeps_load:.3f} requests/s, realised "
           f"{cap.realised:.3f}), sustaining X = {cap.sustained:.3f} requests/s; falls behind at {cap.fails_rate:.4f} "
           f"DAG/s ({cap.fails_load:.3f} requests/s); seeds {a.seeds}; keeps pace: {rule}")
+    print(f"{a.engine}: sustains at most X = {cap.saturated:.3f} requests/s (at {cap.saturated_rate:.4f} DAG/s; the "
+          "search doubled the load past the knee until X rose by < 3 %)")
     return 0
 
 

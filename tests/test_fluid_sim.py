@@ -42,3 +42,4 @@ def test_capacity_search_on_a_degenerate_engine():
     assert 9.0 <= cap.keeps_load <= 10 / 0.97 and cap.fails_load <= 10.6
     assert cap.pace == "nominal" and 9.0 <= cap.sustained <= 10.3        # X where it last kept pace
     assert cap.tried and all(x <= 10.3 for x in cap.tried.values())       # never beyond 1/D (+ end effects)
+    assert 9.5 <= cap.saturated <= 10.3 and cap.saturated_rate > cap.fails_rate    # the service rate 1/D
