@@ -90,7 +90,8 @@ def fit_steps(hw: HardwareProfile, model: ModelProfile, family: str, batches: Se
     squares, bounded)."""
     y = np.asarray(measured_s, dtype=float)
     free = list(free)
-    start = {**{k: getattr(hw, k) for k in HARDWARE_PARAMS}, **dataclasses.asdict(hw.overhead(family))}
+    own = {k: v for k, v in dataclasses.asdict(hw.overhead(family)).items() if v is not None}  # family's own
+    start = {**{k: getattr(hw, k) for k in HARDWARE_PARAMS}, **own}
     x0 = np.array([min(max(start[p], BOUNDS[p][0]), BOUNDS[p][1]) for p in free])
 
     def predict(x: np.ndarray) -> np.ndarray:
