@@ -1,6 +1,11 @@
 """Calibrate the default L4 profile on the published figures C1-C8 only (and public hardware facts).
 
     python -m calibrate.l4_default [--out simulator/profiles/hardware/l4.yaml] [--evals N] [--workers 2]
+    python -m calibrate.l4_default --at eta_compute=0.47 [sglang.step_eager_s=0.005 ...]
+
+``--at`` fits nothing and writes nothing: it prints every target's error, C7's counts and each run's
+throughput, TTFT p50 and TPOT p50 with the shipped profile's coefficients replaced by the ones given (a
+profile field or ``family.field``), to show what a coefficient does to each target (about 10 s).
 
 Fitted (everything else stays datasheet, measured or assumed, as marked in ``l4-base.yaml``):
 - ``eta_bandwidth``: the memory bandwidth the weights stream at, shared by both engines (one GPU);
@@ -82,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "l4.yaml"))
     ap.add_argument("--evals", type=int, default=120)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--at", nargs="+", metavar="KEY=VALUE",
+                    help="evaluate the targets with these coefficients instead of fitting")
     a = ap.parse_args(argv)
+    if a.at:
+        return evaluate_at(a.at, a.workers)
     base = load_hardware(str(HERE / "l4-base.yaml"))
     obj = Objective(base, a.workers)
     x0 = np.log([START[k] for k in NAMES])
@@ -105,6 +114,43 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in T.TARGETS.items():
         print(f"  {k:22s} target {v:8.4f}  simulated {got[k]:8.4f}  ({(got[k] / v - 1) * 100:+6.1f} %)"
               f"  left out: {(math.exp(cv[k]) - 1) * 100:+6.1f} %")
+    return 0
+
+
+def parse_at(items: list[str], hw: HardwareProfile) -> dict[str, float]:
+    """``KEY=VALUE`` pairs → coefficients; a bad pair raises ValueError with one line saying what is accepted."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        fam, _, field = key.rpartition(".")
+        known = hasattr(hw.overheads[fam], field) if fam in hw.overheads else (not fam and hasattr(hw, field))
+        try:
+            value = float(raw) if eq and known else math.nan
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"--at {item!r}: expected KEY=VALUE, KEY a profile coefficient ({', '.join(NAMES)}, "
+                             f"or another field / family.field of the profile) and VALUE a number >= 0")
+        out[key] = value
+    return out
+
+
+def evaluate_at(items: list[str], workers: int) -> int:
+    hw = load_hardware(str(HERE / "l4.yaml"))
+    try:
+        values = parse_at(items, hw)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    runs = T.simulate_conditions(T.with_coefficients(hw, values), T.CONDITIONS, workers)
+    got = T.achieved(runs)
+    for k, v in T.TARGETS.items():
+        print(f"  {k:22s} target {v:8.4f}  simulated {got[k]:8.4f}  ({(got[k] / v - 1) * 100:+6.1f} %)")
+    print(f"  C7 preemptions/retractions per seed: {T.preemptions(runs)}")
+    for (cond, engine), ms in runs.items():
+        per_seed = ", ".join(f"X {m['throughput']:.3f} TTFT {m['ttft_p50']:.2f} s TPOT {m['tpot_p50'] * 1e3:.0f} ms"
+                             for m in ms)
+        print(f"  {cond} {engine}: {per_seed}")
     return 0
 
 

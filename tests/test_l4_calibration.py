@@ -1,0 +1,43 @@
+"""The L4 default's calibration plumbing: coefficient names, overrides and the --at evaluation's input."""
+
+import math
+
+import pytest
+
+from calibrate import l4_default as D
+from calibrate import l4_targets as T
+from simulator.profiles import load_hardware
+
+
+def test_with_coefficients_sets_profile_and_family_fields_apart():
+    hw = load_hardware("l4")
+    out = T.with_coefficients(hw, {"eta_compute": 0.47, "sglang.step_eager_s": 0.005})
+    assert out.eta_compute == 0.47 and out.overheads["sglang"].step_eager_s == 0.005
+    assert out.overheads["vllm-v0"] == hw.overheads["vllm-v0"]
+    assert hw.eta_compute != 0.47          # the shipped profile is untouched
+
+
+def test_log_errors_vanish_at_the_targets_and_sign_a_miss():
+    assert not D.log_errors(dict(T.TARGETS)).any()
+    got = {**T.TARGETS, "C4_sglang_throughput": T.TARGETS["C4_sglang_throughput"] * 0.9}
+    r = D.log_errors(got)
+    assert r[list(T.TARGETS).index("C4_sglang_throughput")] == pytest.approx(math.log(0.9))
+
+
+def test_coefficients_are_clipped_to_their_bounds():
+    c = D.coefficients([math.log(10.0)] * len(D.NAMES))
+    assert all(c[k] == D.BOUNDS[k][1] for k in D.NAMES)
+
+
+@pytest.mark.parametrize("item", ["foo=1", "eta_compute", "eta_compute=x", "sglang.nope=1", "eta_compute=-1",
+                                  "nofamily.kappa_kv=1", "eta_compute=nan"])
+def test_at_refuses_bad_pairs_in_one_line(item, capsys):
+    assert D.main(["--at", item]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and item in out and "KEY=VALUE" in out
+
+
+def test_at_reads_profile_and_family_coefficients():
+    hw = load_hardware("l4")
+    assert D.parse_at(["eta_compute=0.47", "sglang.kappa_kv=0.2"], hw) == {"eta_compute": 0.47,
+                                                                           "sglang.kappa_kv": 0.2}
