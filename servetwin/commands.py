@@ -58,6 +58,54 @@ def cmd_trace_show(a: argparse.Namespace) -> int:
           f"  σ target {m['target_sharing']:.4f} achieved {m['achieved_sharing']:.4f}")
     print(f"load       offered {m['offered_load_rps']:.4f} requests/s")
     print(f"prefix     sha256 {m['prefix_sha256']}")
+    imp = m.get("imported")
+    if imp:
+        src = m["scenario"].get("import", {})
+        print(f"imported   {src.get('format')} {src.get('source')} (sha256 {str(src.get('source_sha256'))[:12]}…)"
+              f"  window {src.get('window_s')}  rate ×{src.get('rate_scale')}  sample {src.get('sample')}")
+        reuse = (f"infinite-cache hit ratio {imp['infinite_cache_hit_ratio']:.4f} over {imp['blocks']} blocks"
+                 if imp["prefix_information"] else "no prefix information in this format: prompts unique (σ = 0)")
+        print(f"reuse      {reuse}")
+        print(f"sessions   {imp['sessions']} ({imp['follow_ups']} follow-up turns)")
+        for k in ("input_tokens", "output_tokens"):
+            d = imp[k]
+            print(f"{k.split('_')[0]:10s} p50 {d['p50']:g}  p90 {d['p90']:g}  p99 {d['p99']:g}  mean {d['mean']:.1f}"
+                  f"  max {d['max']}")
+        rpm = imp["requests_per_minute"]
+        print(f"rate       requests per minute: min {min(rpm)}, median {sorted(rpm)[len(rpm) // 2]}, max {max(rpm)}")
+    return 0
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    from scenarios.errors import SpecError
+    if text is None:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        w = (float(lo or 0), float(hi) if hi else float("inf"))
+    except ValueError:
+        w = (float("nan"), 0.0)
+    if not sep or not (0 <= w[0] < w[1]):
+        raise SpecError(f"--window {text!r}: expected START:END in seconds, 0 <= START < END (END may be empty)")
+    return w
+
+
+def cmd_trace_import(a: argparse.Namespace) -> int:
+    from scenarios.errors import SpecError
+    from scenarios.importers import ImportOptions, import_trace
+    from scenarios.outputs import check_out
+    if a.sample is not None and a.sample < 1:
+        raise SpecError(f"--sample {a.sample}: expected a number of requests >= 1")
+    if a.vocab_high < 2:
+        raise SpecError(f"--vocab-high {a.vocab_high}: expected at least 2 token ids")
+    check_out(a.out, "trace", (a.file,))
+    t = import_trace(a.file, ImportOptions(a.format, seed=a.seed, window=_window(a.window),
+                                           rate_scale=a.rate_scale, sample=a.sample, vocab_high=a.vocab_high),
+                     a.out)
+    imp = t.manifest["imported"]
+    print(f"wrote {a.out}: {t.n_requests} requests in {t.n_dags} sessions over "
+          f"{t.manifest['scenario']['duration_s']:.0f} s, infinite-cache hit ratio "
+          f"{imp['infinite_cache_hit_ratio']:.3f}")
     return 0
 
 
@@ -100,8 +148,8 @@ def _run_summary(rec: Any, out: str) -> int:
           f"TPOT p50 {m['tpot_p50'] * 1000:.1f} ms, X {m['throughput']:.3f}/s "
           f"({'keeps pace' if m['keeps_pace'] else 'falls behind'}), KV peak {m['kv_peak']:.3f}")
     if m["n_ok"] < SUCCESS_FRACTION * m["n"]:
-        errs = rec.requests.loc[~rec.requests["ok"], "error"].value_counts()
-        kinds = ", ".join(f"{k or 'unknown'} {n}" for k, n in errs.items())
+        errs = rec.requests.loc[~rec.requests["ok"], "error"].str.replace(r"\d+", "N", regex=True).value_counts()
+        kinds = ", ".join(f"{k or 'unknown'} {n}" for k, n in errs.head(5).items())
         print(f"servetwin: error: {m['n'] - m['n_ok']} of {m['n']} measured requests failed, more than the study's "
               f"{1 - SUCCESS_FRACTION:.0%} ({kinds}); the record is kept at {out}", file=sys.stderr)
         return 1

@@ -1,0 +1,42 @@
+"""Production traces in: Mooncake, Qwen-Bailian, Azure and BurstGPT files → seeded Traces that ``simulate``,
+``sweep``, ``compare`` and ``live run`` replay unchanged (``servetwin trace import``)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from scenarios.importers.build import ImportOptions, build, check_order, select
+from scenarios.importers.readers import BLOCK, READERS
+from scenarios.importers.rows import Row, TraceImportError
+from scenarios.trace import Trace, write_trace
+
+__all__ = ["BLOCK", "FORMATS", "ImportOptions", "Row", "TraceImportError", "import_trace"]
+FORMATS = tuple(READERS)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def import_trace(path: str | Path, opt: ImportOptions, out: str | Path | None = None) -> Trace:
+    """Read, select, build and validate; write atomically to ``out`` if given. Nothing is written on error."""
+    from scenarios.validate import CHECKS
+    p = Path(path)
+    if opt.fmt not in READERS:
+        raise TraceImportError(p, None, f"unknown format {opt.fmt!r}: expected one of {', '.join(FORMATS)}")
+    if not p.is_file():
+        raise TraceImportError(p, None, "no such file")
+    rows = READERS[opt.fmt](p)
+    check_order(rows, str(p))
+    opt = ImportOptions(**{**opt.__dict__, "source": p.name, "source_sha256": _sha256(p)})
+    trace = build(select(rows, opt), opt)
+    for check in CHECKS.values():
+        check(trace)
+    if out is not None:
+        write_trace(trace, out, inputs=(p,))
+    return trace

@@ -1,0 +1,38 @@
+"""Rows read from a production trace file, before they become a Trace (``scenarios.importers.build``).
+
+Every reader returns ``Row``s in file order; a bad line raises ``ImportError_`` naming the file, the line
+and the field, with what is accepted (``trace-formats.md`` for each format's schema).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from scenarios.errors import SpecError
+
+
+class TraceImportError(SpecError):
+    """A production trace file cannot be imported as it stands (exit 2, nothing written)."""
+
+    def __init__(self, path: str | Path, line: int | None, detail: str):
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One request as the trace records it.
+
+    ``t_s`` is its arrival in seconds from the file's own origin (not yet shifted); ``hash_ids`` the ids of its
+    prompt's blocks of ``block`` tokens (the last may be partial), or None where the format carries no prefix
+    information; ``session``/``parent`` are the format's conversation keys (None where it has none)."""
+
+    line: int
+    t_s: float
+    input_len: int
+    output_len: int
+    hash_ids: tuple[int, ...] | None = None
+    session: int | None = None
+    parent: int | None = None
+    key: int | None = None

@@ -1,0 +1,134 @@
+"""Production trace import (scenarios.importers): exact lengths, prefix reuse from hash ids, sessions as
+dependants, one-line refusals, determinism; the Mooncake conversation sample end to end."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scenarios.importers import ImportOptions, TraceImportError, import_trace
+from scenarios.trace import read_trace
+from servetwin.cli import main
+
+MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _mooncake_rows() -> list[dict]:
+    return [{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]},
+            {"timestamp": 0, "input_length": 1030, "output_length": 7, "hash_ids": [0, 1, 3]},
+            {"timestamp": 1500, "input_length": 600, "output_length": 3, "hash_ids": [0, 4]},
+            {"timestamp": 3000, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]},
+            {"timestamp": 4000, "input_length": 300, "output_length": 9, "hash_ids": [5]}]
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.size, b.size)
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def test_mooncake_lengths_arrivals_and_exact_shared_prefixes(tmp_path):
+    rows = _mooncake_rows()
+    t = import_trace(_jsonl(tmp_path / "m.jsonl", rows), ImportOptions("mooncake", seed=3))
+    assert [int(x) for x in t.prompt_lengths()] == [r["input_length"] for r in rows]
+    assert t.arrays["max_tokens"].tolist() == [r["output_length"] for r in rows]
+    assert t.arrays["arrival_s"].tolist() == [0.0, 0.0, 1.5, 3.0, 4.0]
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            a, b = rows[i]["hash_ids"], rows[j]["hash_ids"]
+            k = next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            want = min(512 * k, rows[i]["input_length"], rows[j]["input_length"])
+            assert _common(t.prompt(i), t.prompt(j)) == want, (i, j)
+    # tokens the infinite cache would hold: request 1 reuses blocks 0-1, request 2 block 0, request 3 all
+    hit = (1024 + 512 + 1100) / sum(r["input_length"] for r in rows)
+    assert t.manifest["imported"]["infinite_cache_hit_ratio"] == pytest.approx(hit, abs=1e-6)
+
+
+def test_same_seed_same_bytes_other_seed_other_tokens(tmp_path):
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        assert main(["trace", "import", str(src), "--format", "mooncake", "--seed", str(seed),
+                     "--out", str(tmp_path / name)]) == 0
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+    assert (tmp_path / "a" / "pool.npy").read_bytes() != (tmp_path / "c" / "pool.npy").read_bytes()
+
+
+def test_bailian_sessions_become_dependants_with_their_recorded_gap(tmp_path):
+    rows = [{"chat_id": 10, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 40, "output_length": 4,
+             "hash_ids": [1, 2, 3], "turn": 1},
+            {"chat_id": 20, "parent_chat_id": -1, "timestamp": 2.0, "input_length": 20, "output_length": 4,
+             "hash_ids": [7, 8], "turn": 1},
+            {"chat_id": 11, "parent_chat_id": 10, "timestamp": 6.5, "input_length": 60, "output_length": 4,
+             "hash_ids": [1, 2, 4, 5], "turn": 2}]
+    t = import_trace(_jsonl(tmp_path / "b.jsonl", rows), ImportOptions("bailian"))
+    assert t.n_dags == 2 and t.arrays["dag"].tolist() == [0, 0, 1]          # the follow-up joins its session
+    assert t.predecessors(1).tolist() == [0] and t.arrays["delay_s"][1] == pytest.approx(5.5)
+    assert _common(t.prompt(0), t.prompt(1)) == 32                          # two 16-token blocks shared
+    assert t.manifest["imported"]["follow_ups"] == 1
+
+
+def test_azure_and_burstgpt_have_unique_prompts(tmp_path):
+    az = tmp_path / "az.csv"
+    az.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,5\n"
+                  "2023-11-16 18:17:04.5000000,50,7\n")
+    t = import_trace(az, ImportOptions("azure"))
+    assert t.arrays["arrival_s"][1] == pytest.approx(0.52004, abs=1e-6)
+    assert t.manifest["imported"]["infinite_cache_hit_ratio"] == 0 and not t.manifest["imported"]["prefix_information"]
+    assert _common(t.prompt(0), t.prompt(1)) == 0
+    bg = tmp_path / "bg.csv"
+    bg.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                  "5,ChatGPT,30,10,40,Conversation log\n6,GPT-4,20,0,20,API log\n9,GPT-4,25,5,30,API log\n")
+    t = import_trace(bg, ImportOptions("burstgpt"))
+    assert t.n_requests == 2 and t.arrays["arrival_s"].tolist() == [0.0, 4.0]      # the failure is dropped
+
+
+@pytest.mark.parametrize("bad,field", [
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1}', "hash_ids"),
+    ('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1]}', "hash_ids"),
+    ('{"timestamp": "x", "input_length": 10, "output_length": 1, "hash_ids": [1]}', "timestamp"),
+    ('{"timestamp": 0, "output_length": 1, "hash_ids": [1]}', "input_length"),
+    ("not json", "JSON"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [2]}', "precedes"),
+])
+def test_bad_line_is_one_line_naming_file_line_and_field_nothing_written(tmp_path, capsys, bad, field):
+    src = tmp_path / "m.jsonl"
+    src.write_text('{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n' + bad + "\n")
+    assert main(["trace", "import", str(src), "--format", "mooncake", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{src}:2" in err and field in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_format_and_bad_options_exit_2(tmp_path, capsys):
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    for extra in (["--format", "nope"], ["--format", "mooncake", "--window", "5"],
+                  ["--format", "mooncake", "--sample", "0"], ["--format", "mooncake", "--rate-scale", "0"]):
+        assert main(["trace", "import", str(src), *extra, "--out", str(tmp_path / "o")]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(TraceImportError):
+        import_trace(tmp_path / "missing.jsonl", ImportOptions("mooncake"))
+
+
+@pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake sample is not beside this checkout")
+def test_mooncake_sample_window_imports_validates_and_simulates_on_both_caches(tmp_path):
+    from simulator import simulate
+    out = tmp_path / "moon"
+    assert main(["trace", "import", str(MOONCAKE), "--format", "mooncake", "--window", "0:60",
+                 "--out", str(out)]) == 0
+    t = read_trace(out)
+    ratio = t.manifest["imported"]["infinite_cache_hit_ratio"]
+    assert t.n_requests > 100 and 0.02 < ratio < 0.6       # the first minute: a cold cache
+    for engine, over in (("vllm-0.6.3", {"enable_prefix_caching": True}), ("sglang-0.4.1", {})):
+        rec = simulate(t, engine, "h200", context=131072, overrides=over)
+        q = rec.requests
+        hits = q["cached_tokens"].clip(lower=0).sum() / q["prompt_tokens"].sum()
+        # a cache as large as the window's prompts: what each engine reuses, short of the ratio only by
+        # vLLM's whole 16-token blocks and both engines' last prompt token
+        assert ratio - 0.02 < hits <= ratio + 1e-9, (engine, hits, ratio)
