@@ -11,7 +11,7 @@ from scenarios.importers import ImportOptions, TraceImportError, import_trace
 from scenarios.trace import read_trace
 from servetwin.cli import main
 
-MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+MOONCAKE = Path(__file__).resolve().parent / "data" / "mooncake" / "conversation_trace.jsonl"   # Apache-2.0
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
@@ -116,7 +116,14 @@ def test_unknown_format_and_bad_options_exit_2(tmp_path, capsys):
         import_trace(tmp_path / "missing.jsonl", ImportOptions("mooncake"))
 
 
-@pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake sample is not beside this checkout")
+def test_mooncake_conversation_trace_whole_imports_with_its_published_reuse():
+    t = import_trace(MOONCAKE, ImportOptions("mooncake"))
+    imp = t.manifest["imported"]
+    assert t.n_requests == 12031 and imp["blocks"] == 182790
+    assert imp["infinite_cache_hit_ratio"] == pytest.approx(0.374, abs=0.0005)     # 37.4 % of prompt tokens
+    assert int(t.prompt_lengths().sum()) == 144_793_823 and int(t.arrays["max_tokens"].sum()) == 4_122_048
+
+
 def test_mooncake_sample_window_imports_validates_and_simulates_on_both_caches(tmp_path):
     from simulator import simulate
     out = tmp_path / "moon"
