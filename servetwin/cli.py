@@ -50,16 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "arrivals.rate=0.2 prompts.sharing=0.6")
     p.add_argument("--out", required=True)
     p.set_defaults(fn=c.cmd_trace_compile)
-    p = tsub.add_parser("import", help="a production trace file (Mooncake, Qwen-Bailian, Azure, BurstGPT) → "
-                        "trace directory, prefix reuse kept from its hash ids")
+    p = tsub.add_parser("import", help="a production trace file (Mooncake, Qwen-Bailian, Azure, BurstGPT, "
+                        "agent sessions, ShareGPT) → trace directory, its prefix reuse and sessions kept")
     p.add_argument("file")
-    p.add_argument("--format", required=True, metavar="FMT", help="mooncake, bailian, azure or burstgpt")
+    p.add_argument("--format", required=True, metavar="FMT",
+                   help="mooncake, bailian, azure, burstgpt, agent-sessions or sharegpt")
     p.add_argument("--out", required=True)
     p.add_argument("--window", metavar="START:END", help="keep requests arriving START..END s after the first")
     p.add_argument("--rate-scale", type=float, default=1.0, help="arrivals X times faster (times divided by X)")
     p.add_argument("--sample", type=int, metavar="N", help="keep N requests (N sessions) chosen with --seed")
     p.add_argument("--seed", type=int, default=0, help="token content and sampling (default 0)")
     p.add_argument("--vocab-high", type=int, default=128000, help="token ids drawn from [0, V) (default 128000)")
+    p.add_argument("--rate", type=float, help="sharegpt: conversations per second (Poisson, seeded)")
+    p.add_argument("--tokenizer", metavar="DIR", help="sharegpt: the model's tokenizer directory (tokenizer.json)")
+    p.add_argument("--max-turns", type=int, default=1, help="sharegpt: turns per conversation (default 1: "
+                   "vllm bench serve's selection)")
     p.set_defaults(fn=c.cmd_trace_import)
     p = tsub.add_parser("validate", help="run every validator check; exit 1 naming the failed check")
     p.add_argument("trace")
@@ -252,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 def _one_line(text: str) -> str:
     """An error as one line, with any secret it quotes (a key, a URL's credentials) redacted."""
     from analysis.redact import redact_text
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")    # a lone surrogate from the input
     return redact_text(" ".join(text.split()))
 
 

@@ -96,11 +96,14 @@ def cmd_trace_import(a: argparse.Namespace) -> int:
     from scenarios.outputs import check_out
     if a.sample is not None and a.sample < 1:
         raise SpecError(f"--sample {a.sample}: expected a number of requests >= 1")
+    if a.max_turns < 1:
+        raise SpecError(f"--max-turns {a.max_turns}: expected at least 1")
     if a.vocab_high < 2:
         raise SpecError(f"--vocab-high {a.vocab_high}: expected at least 2 token ids")
     check_out(a.out, "trace", (a.file,))
     t = import_trace(a.file, ImportOptions(a.format, seed=a.seed, window=_window(a.window),
-                                           rate_scale=a.rate_scale, sample=a.sample, vocab_high=a.vocab_high),
+                                           rate_scale=a.rate_scale, sample=a.sample, vocab_high=a.vocab_high,
+                                           rate=a.rate, tokenizer=a.tokenizer, max_turns=a.max_turns),
                      a.out)
     imp = t.manifest["imported"]
     print(f"wrote {a.out}: {t.n_requests} requests in {t.n_dags} sessions over "

@@ -109,3 +109,9 @@ def test_report_builds_one_page(tmp_path: Path):
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "r.html").read_text()
     assert "<h2>absolute</h2>" in page and "data:image/png;base64," in page and "engine_config" in page
+
+
+def test_an_error_quoting_a_lone_surrogate_is_still_one_printable_line():
+    from servetwin.cli import _one_line
+    line = _one_line("in.yaml: '\ud800' must be {value: …}")
+    assert line.encode("utf-8") and "\\ud800" in line and "\n" not in line

@@ -139,3 +139,78 @@ def test_mooncake_sample_window_imports_validates_and_simulates_on_both_caches(t
         # a cache as large as the window's prompts: what each engine reuses, short of the ratio only by
         # vLLM's whole 16-token blocks and both engines' last prompt token
         assert ratio - 0.02 < hits <= ratio + 1e-9, (engine, hits, ratio)
+
+
+def _call(ts: str, dur_ms: int, prompt: int, completion: int) -> dict:
+    return {"message_id": ts, "timestamp": ts, "duration_ms": dur_ms, "initiator_type": "agent",
+            "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion}}
+
+
+def test_agent_sessions_chain_calls_with_gaps_prefixes_and_compaction(tmp_path):
+    import gzip
+    s1 = {"session_id": "a", "turns": [
+        {"turn_id": 1, "llm_calls": [_call("2026-06-01T00:00:00Z", 1000, 100, 10),
+                                     _call("2026-06-01T00:00:03Z", 1000, 150, 5),       # grows: reuses 100+10
+                                     _call("2026-06-01T00:00:03.5Z", 500, 120, 5),      # overlaps call 1
+                                     _call("2026-06-01T00:00:05Z", 0, 0, 0)],           # no prompt: skipped
+         "tool_batches": []},
+        {"turn_id": 2, "llm_calls": [_call("2026-06-01T00:00:10Z", 1000, 20000, 8),
+                                     _call("2026-06-01T00:00:12Z", 1000, 12000, 8)]}]}   # compaction
+    src = tmp_path / "s.jsonl.gz"
+    with gzip.open(src, "wt") as f:
+        f.write(json.dumps(s1) + "\n")
+    t = import_trace(src, ImportOptions("agent-sessions"))
+    assert t.n_requests == 5 and [int(x) for x in t.prompt_lengths()][:2] == [100, 150]
+    i0, i1 = 0, 1
+    assert t.predecessors(i1).tolist() == [i0] and t.arrays["delay_s"][i1] == pytest.approx(2.0)
+    assert _common(t.prompt(i0), t.prompt(i1)) == 100                      # the predecessor's whole prompt ...
+    gen = t.prompt(i1)[100:110]                                             # ... then its completion's block
+    assert gen.size == 10 and t.n_dags == 1
+    assert t.predecessors(2).tolist() == [i0]          # the latest call finished by its start is call 0
+    lens = [int(x) for x in t.prompt_lengths()]
+    big, small = lens.index(20000), lens.index(12000)
+    assert _common(t.prompt(big), t.prompt(small)) == 0                     # compaction breaks the chain
+
+
+def _tokenizer_dir(tmp_path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    words = "hello world how are you fine thanks what is the weather like today sunny and warm".split()
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    d = tmp_path / "tok"
+    d.mkdir()
+    tok.save(str(d / "tokenizer.json"))
+    return d
+
+
+def test_sharegpt_counts_with_the_tokenizer_and_chains_turns(tmp_path):
+    convs = [{"id": "a", "conversations": [
+                {"from": "human", "value": "hello world how are you"},
+                {"from": "gpt", "value": "fine thanks what is the weather"},
+                {"from": "human", "value": "what is the weather like today"},
+                {"from": "gpt", "value": "sunny and warm today hello"}]},
+             {"id": "b", "conversations": [{"from": "human", "value": "hello"}]},
+             {"id": "c", "conversations": [{"from": "human", "value": "hi there you"},
+                                           {"from": "gpt", "value": "hello hello hello hello"}]}]
+    src = tmp_path / "sg.json"
+    src.write_text(json.dumps(convs))
+    tok = str(_tokenizer_dir(tmp_path))
+    one = import_trace(src, ImportOptions("sharegpt", rate=2.0, tokenizer=tok))
+    assert one.n_requests == 1 and int(one.prompt_lengths()[0]) == 5 and one.arrays["max_tokens"][0] == 6
+    two = import_trace(src, ImportOptions("sharegpt", rate=2.0, tokenizer=tok, max_turns=2, seed=4))
+    lens = [int(x) for x in two.prompt_lengths()]
+    assert lens == [5, 17, 3] or sorted(lens) == [3, 5, 17]
+    k = lens.index(17)
+    assert two.predecessors(k).size == 1 and _common(two.prompt(k - 1), two.prompt(k)) == 5
+    assert main(["trace", "import", str(src), "--format", "sharegpt", "--rate", "1",
+                 "--out", str(tmp_path / "o")]) == 2                          # no tokenizer: one line, exit 2
+
+
+def test_agent_call_overlapping_every_earlier_one_starts_its_own_graph(tmp_path):
+    s = {"session_id": "b", "turns": [{"turn_id": 1, "llm_calls": [_call("2026-06-01T00:00:00Z", 1000, 50, 5),
+                                                                   _call("2026-06-01T00:00:00.5Z", 1000, 60, 5)]}]}
+    src = _jsonl(tmp_path / "s.jsonl", [s])
+    t = import_trace(src, ImportOptions("agent-sessions"))
+    assert t.n_dags == 2 and t.arrays["arrival_s"].tolist() == [0.0, 0.5]
+    assert main(["trace", "import", str(_jsonl(tmp_path / "bad.jsonl", [{"session_id": "x", "turns": 3}])),
+                 "--format", "agent-sessions", "--out", str(tmp_path / "o")]) == 2

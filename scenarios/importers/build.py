@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scenarios.importers.readers import BLOCK
 from scenarios.importers.rows import Row, TraceImportError
 from scenarios.importers.tokens import block_tokens, separate_siblings
 from scenarios.trace import FORMAT_VERSION, ROLE_NAMES, SRC_POOL, Trace, prefix_digest
@@ -32,6 +31,9 @@ class ImportOptions:
     rate_scale: float = 1.0
     sample: int | None = None
     vocab_high: int = 128000
+    rate: float | None = None                    # sharegpt: conversations per second (the data has no times)
+    tokenizer: str | None = None                 # sharegpt: the model's tokenizer, to count tokens
+    max_turns: int = 1                           # sharegpt: 1 = vllm bench serve's selection
     source: str = ""
     source_sha256: str = ""
 
@@ -93,7 +95,8 @@ def build(rows: list[Row], opt: ImportOptions) -> Trace:
         p = at.get(r.parent) if r.parent is not None else None
         if p is not None and p < k and root[p] == root[k]:
             preds.append([new_index[p]])
-            delay.append(max(r.t_s - rows[p].t_s, 0.0) / opt.rate_scale)
+            gap = r.gap_s if r.gap_s is not None else max(r.t_s - rows[p].t_s, 0.0)
+            delay.append(gap / opt.rate_scale)
         else:
             preds.append([])
             delay.append(0.0)
@@ -112,25 +115,23 @@ def build(rows: list[Row], opt: ImportOptions) -> Trace:
     return trace
 
 
-def _block_ids(rows: list[Row], block: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Each row's block keys and lengths: the trace's hash ids (``block`` tokens each, the last partial), or
-    one key of its own for a row without."""
+def _block_ids(rows: list[Row]) -> tuple[list[list[int]], list[list[int]]]:
+    """Each row's block keys and lengths: the trace's blocks, or one key of its own for a row without."""
     keys, lens = [], []
     fresh = -1
     for r in rows:
-        if r.hash_ids is None:
+        if r.blocks is None:
             keys.append([fresh])
             lens.append([r.input_len])
             fresh -= 1
             continue
-        b, n = block, len(r.hash_ids)
-        keys.append(list(r.hash_ids))
-        lens.append([b] * (n - 1) + [r.input_len - b * (n - 1)])
+        keys.append([k for k, _ in r.blocks])
+        lens.append([n for _, n in r.blocks])
     return keys, lens
 
 
 def _prompts(rows: list[Row], opt: ImportOptions) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    keys, lens = _block_ids(rows, BLOCK.get(opt.fmt, 1))
+    keys, lens = _block_ids(rows)
     first_at: dict[int, int] = {}
     longest: dict[int, int] = {}
     parent: dict[int, int] = {}
@@ -182,7 +183,7 @@ def _manifest(trace: Trace, rows: list[Row], opt: ImportOptions, stats: dict[str
     out = a["max_tokens"]
     q = (50, 90, 99)
     minute = np.bincount((a["arrival_s"] // 60).astype(np.int64))
-    has_ids = any(r.hash_ids is not None for r in rows)
+    has_ids = any(r.blocks is not None for r in rows)
     return {
         "format_version": FORMAT_VERSION, "seed": opt.seed,
         "scenario": {"name": f"import-{opt.fmt}", "kind": "import", "duration_s": duration,

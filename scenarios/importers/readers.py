@@ -6,6 +6,8 @@
   ``output_length``, ``hash_ids`` (16-token blocks); a follow-up's prompt already holds its history.
 - ``azure``: CSV ``TIMESTAMP`` (a date-time string, 2023 and 2024 forms), ``ContextTokens``,
   ``GeneratedTokens``; no prefix information.
+- ``agent-sessions``: the coding-agent session traces (JSONL, gzip or plain): ``{session_id, turns: [{llm_calls:
+  [{timestamp (ISO), duration_ms, tokens: {prompt, completion, ...}}], tool_batches}]}``; no text, no ids.
 - ``burstgpt``: CSV ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens`` (0: a failure),
   ``Total tokens``, ``Log Type``; no prefix information.
 """
@@ -64,7 +66,7 @@ def _num(path: Path, n: int, obj: dict[str, Any], key: str) -> float:
     return x
 
 
-def _hash_ids(path: Path, n: int, obj: dict[str, Any], input_len: int, block: int) -> tuple[int, ...]:
+def _hash_ids(path: Path, n: int, obj: dict[str, Any], input_len: int, block: int) -> tuple[tuple[int, int], ...]:
     ids = obj.get("hash_ids")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
                                             for i in ids):
@@ -72,7 +74,8 @@ def _hash_ids(path: Path, n: int, obj: dict[str, Any], input_len: int, block: in
     if len(ids) != -(-input_len // block):
         raise TraceImportError(path, n, f"field 'hash_ids' has {len(ids)} ids for input_length {input_len}: "
                                f"expected ceil({input_len}/{block}) = {-(-input_len // block)}")
-    return tuple(ids)
+    last = input_len - block * (len(ids) - 1)
+    return tuple((int(i), block if j < len(ids) - 1 else last) for j, i in enumerate(ids))
 
 
 def read_mooncake(path: Path) -> list[Row]:
@@ -150,6 +153,91 @@ def read_burstgpt(path: Path, keep_failures: bool = False, model: str | None = N
     return rows
 
 
+
+
+def _iso(path: Path, n: int, text: Any, field: str) -> float:
+    try:
+        dt = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        raise TraceImportError(path, n, f"field '{field}' is {str(text)[:40]!r}: expected an ISO date-time") from None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def _open_text(path: Path) -> Any:
+    import gzip
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+
+
+def _truncate(blocks: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    out, left = [], n
+    for k, m in blocks:
+        if left <= 0:
+            break
+        out.append((k, min(m, left)))
+        left -= m
+    return out
+
+
+COMPACTION = (10_000, 0.30)   # a prompt that falls by >= 30 % from >= 10k tokens: the context was compacted
+
+
+def _session_calls(path: Path, n: int, session: dict[str, Any]) -> list[tuple[float, float, int, int]]:
+    """A session's LLM calls with a prompt, as (start s, end s, prompt tokens, completion tokens), in time order."""
+    turns = session.get("turns")
+    if not isinstance(turns, list):
+        raise TraceImportError(path, n, "field 'turns' must be a list of turns")
+    calls = []
+    for turn in turns:
+        for c in (turn.get("llm_calls") or []) if isinstance(turn, dict) else []:
+            tok = c.get("tokens") if isinstance(c, dict) else None
+            if not isinstance(tok, dict):
+                raise TraceImportError(path, n, "field 'llm_calls[].tokens' must be an object with prompt and "
+                                       "completion counts")
+            prompt = _int(path, n, tok, "prompt")
+            if prompt == 0:
+                continue                                # calls without a prompt are skipped, as the analysis does
+            start = _iso(path, n, c.get("timestamp"), "llm_calls[].timestamp")
+            dur = _num(path, n, c, "duration_ms") / 1000.0
+            calls.append((start, start + dur, prompt, max(_int(path, n, tok, "completion"), 1)))
+    return sorted(calls)
+
+
+def read_agent_sessions(path: Path) -> list[Row]:
+    """Coding-agent session traces (JSONL, gzip or plain, one session per line): each LLM call is a request,
+    issued when the latest call of its session that had finished by its start completes plus the recorded gap
+    (tool batches, user idle); a call that overlaps every earlier one starts a graph of its own. A call whose
+    prompt grows reuses its predecessor's prompt and completion as its prefix; after a compaction (or any
+    shrink) it shares nothing."""
+    rows: list[Row] = []
+    g = 0
+    with _open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            calls = _session_calls(path, n, _json(path, n, line))
+            blocks: list[list[tuple[int, int]]] = []
+            for j, (start, _end, prompt, completion) in enumerate(calls):
+                i = max((k for k in range(j) if calls[k][1] <= start), default=None, key=lambda k: calls[k][1])
+                inherited: list[tuple[int, int]] = []
+                if i is not None:
+                    p_i = calls[i][2]
+                    compacted = p_i >= COMPACTION[0] and prompt <= (1 - COMPACTION[1]) * p_i
+                    if prompt >= p_i and not compacted:
+                        inherited = _truncate(blocks[i] + [(2 * (g + i) + 1, calls[i][3])], prompt)
+                have = sum(m for _, m in inherited)
+                own = inherited + ([(2 * (g + j), prompt - have)] if prompt > have else [])
+                blocks.append(own)
+                rows.append(Row(n, start, prompt, completion, tuple(own), key=g + j,
+                                parent=None if i is None else g + i,
+                                gap_s=None if i is None else max(start - calls[i][1], 0.0)))
+            g += len(calls)
+    rows.sort(key=lambda r: (r.t_s, r.key))
+    return rows
+
+
 READERS: dict[str, Callable[[Path], list[Row]]] = {
     "mooncake": read_mooncake, "bailian": read_bailian, "azure": read_azure, "burstgpt": read_burstgpt,
+    "agent-sessions": read_agent_sessions,
 }

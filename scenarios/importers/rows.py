@@ -24,15 +24,17 @@ class TraceImportError(SpecError):
 class Row:
     """One request as the trace records it.
 
-    ``t_s`` is its arrival in seconds from the file's own origin (not yet shifted); ``hash_ids`` the ids of its
-    prompt's blocks of ``block`` tokens (the last may be partial), or None where the format carries no prefix
-    information; ``session``/``parent`` are the format's conversation keys (None where it has none)."""
+    ``t_s`` is its arrival in seconds from the file's own origin (not yet shifted). ``blocks`` is its prompt as
+    (key, tokens) pairs — one token block per key, the same wherever the key appears, a shorter use being a
+    prefix of it — or None where the format carries no prefix information (a prompt of its own). ``key`` names
+    the row and ``parent`` the row it follows in a session (None: it starts one); ``gap_s`` is the delay between
+    the parent's completion and this row's issue (None: the gap between their recorded arrivals)."""
 
     line: int
     t_s: float
     input_len: int
     output_len: int
-    hash_ids: tuple[int, ...] | None = None
-    session: int | None = None
+    blocks: tuple[tuple[int, int], ...] | None = None
     parent: int | None = None
     key: int | None = None
+    gap_s: float | None = None
