@@ -174,7 +174,8 @@ def test_agent_sessions_chain_calls_with_gaps_prefixes_and_compaction(tmp_path):
 
 def _tokenizer_dir(tmp_path: Path) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
-    words = "hello world how are you fine thanks what is the weather like today sunny and warm".split()
+    words = ["hello", "world", "how", "are", "you", "fine", "thanks", "what", "is", "the", "weather", "like",
+             "today", "sunny", "and", "warm"]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     d = tmp_path / "tok"
