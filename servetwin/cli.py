@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=c.cmd_trace_validate)
     p = tsub.add_parser("show", help="counts, achieved σ, offered load, role ratios, prefix digest")
     p.add_argument("trace")
+    p.add_argument("--figure", metavar="PNG", help="also draw requests per minute and lengths over time")
     p.set_defaults(fn=c.cmd_trace_show)
 
     p = sub.add_parser("simulate", help="simulate one engine configuration on a trace → RunRecord")

@@ -43,6 +43,8 @@ def cmd_trace_validate(a: argparse.Namespace) -> int:
 
 def cmd_trace_show(a: argparse.Namespace) -> int:
     from scenarios import read_trace
+    if a.figure and (Path(a.figure).suffix.lower() != ".png" or Path(a.figure).is_dir()):
+        raise SpecError(f"--figure {a.figure}: expected a .png file path")
     t = read_trace(a.trace)
     m = t.manifest
     roles = m["counts"]["roles"]
@@ -73,6 +75,10 @@ def cmd_trace_show(a: argparse.Namespace) -> int:
                   f"  max {d['max']}")
         rpm = imp["requests_per_minute"]
         print(f"rate       requests per minute: min {min(rpm)}, median {sorted(rpm)[len(rpm) // 2]}, max {max(rpm)}")
+    if a.figure:
+        from paper_figures.trace_figure import trace_figure
+        fig = Path(a.figure)
+        print(f"figure     {trace_figure(t, fig)}")
     return 0
 
 

@@ -215,3 +215,15 @@ def test_agent_call_overlapping_every_earlier_one_starts_its_own_graph(tmp_path)
     assert t.n_dags == 2 and t.arrays["arrival_s"].tolist() == [0.0, 0.5]
     assert main(["trace", "import", str(_jsonl(tmp_path / "bad.jsonl", [{"session_id": "x", "turns": 3}])),
                  "--format", "agent-sessions", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_trace_show_draws_the_imported_trace_over_time_same_bytes(tmp_path, capsys):
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    assert main(["trace", "import", str(src), "--format", "mooncake", "--out", str(tmp_path / "t")]) == 0
+    outs = []
+    for name in ("a.png", "b.png"):
+        assert main(["trace", "show", str(tmp_path / "t"), "--figure", str(tmp_path / name)]) == 0
+        outs.append((tmp_path / name).read_bytes())
+    assert outs[0] == outs[1] and outs[0][:4] == b"\x89PNG"
+    assert "infinite-cache hit ratio" in capsys.readouterr().out
+    assert main(["trace", "show", str(tmp_path / "t"), "--figure", str(tmp_path / "x.jpg")]) == 2

@@ -9,7 +9,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-for script, args in (("bench_compile.py", []), ("bench_simulate.py", ["speed"]), ("bench_simulate.py", ["memory"]),
+for script, args in (("bench_compile.py", []), ("bench_import.py", []), ("bench_simulate.py", ["speed"]),
+                     ("bench_simulate.py", ["memory"]),
                      ("bench_dispatch.py", []),
                      ("bench_grid.py", ["2"])):
     print(f"# {script} {' '.join(args)}", flush=True)
