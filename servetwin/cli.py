@@ -60,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-scale", type=float, default=1.0, help="arrivals X times faster (times divided by X)")
     p.add_argument("--sample", type=int, metavar="N", help="keep N requests (N sessions) chosen with --seed")
     p.add_argument("--seed", type=int, default=0, help="token content and sampling (default 0)")
-    p.add_argument("--vocab-high", type=int, default=128000, help="token ids drawn from [0, V) (default 128000)")
+    p.add_argument("--vocab-high", type=int, default=128000, help="token ids drawn below V (default 128000)")
+    p.add_argument("--vocab-low", type=int, default=0, help="token ids drawn from L up, above the tokenizer's "
+                   "special ids (default 0)")
+    p.add_argument("--max-len", type=int, metavar="N", help="drop requests whose prompt + output exceed N tokens "
+                   "(an engine's context)")
     p.add_argument("--rate", type=float, help="sharegpt: conversations per second (Poisson, seeded)")
     p.add_argument("--tokenizer", metavar="DIR", help="sharegpt: the model's tokenizer directory (tokenizer.json)")
     p.add_argument("--max-turns", type=int, default=1, help="sharegpt: turns per conversation (default 1: "

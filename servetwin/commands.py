@@ -64,7 +64,8 @@ def cmd_trace_show(a: argparse.Namespace) -> int:
     if imp:
         src = m["scenario"].get("import", {})
         print(f"imported   {src.get('format')} {src.get('source')} (sha256 {str(src.get('source_sha256'))[:12]}…)"
-              f"  window {src.get('window_s')}  rate ×{src.get('rate_scale')}  sample {src.get('sample')}")
+              f"  window {src.get('window_s')}  rate ×{src.get('rate_scale')}  sample {src.get('sample')}"
+              f"  max len {src.get('max_len')}  kept {m['counts']['requests']} of {src.get('rows_read')} rows")
         reuse = (f"infinite-cache hit ratio {imp['infinite_cache_hit_ratio']:.4f} over {imp['blocks']} blocks"
                  if imp["prefix_information"] else "no prefix information in this format: prompts unique (σ = 0)")
         print(f"reuse      {reuse}")
@@ -102,17 +103,21 @@ def cmd_trace_import(a: argparse.Namespace) -> int:
     from scenarios.outputs import check_out
     if a.sample is not None and a.sample < 1:
         raise SpecError(f"--sample {a.sample}: expected a number of requests >= 1")
+    if a.max_len is not None and a.max_len < 2:
+        raise SpecError(f"--max-len {a.max_len}: expected at least 2 tokens")
     if a.max_turns < 1:
         raise SpecError(f"--max-turns {a.max_turns}: expected at least 1")
-    if a.vocab_high < 2:
-        raise SpecError(f"--vocab-high {a.vocab_high}: expected at least 2 token ids")
+    if not 0 <= a.vocab_low <= a.vocab_high - 2:
+        raise SpecError(f"--vocab-low {a.vocab_low} --vocab-high {a.vocab_high}: expected 0 <= LOW and at least "
+                        "2 token ids in [LOW, HIGH)")
     check_out(a.out, "trace", (a.file,))
-    t = import_trace(a.file, ImportOptions(a.format, seed=a.seed, window=_window(a.window),
-                                           rate_scale=a.rate_scale, sample=a.sample, vocab_high=a.vocab_high,
-                                           rate=a.rate, tokenizer=a.tokenizer, max_turns=a.max_turns),
-                     a.out)
+    opt = ImportOptions(a.format, seed=a.seed, window=_window(a.window), rate_scale=a.rate_scale, sample=a.sample,
+                        vocab_high=a.vocab_high, vocab_low=a.vocab_low, rate=a.rate, tokenizer=a.tokenizer,
+                        max_turns=a.max_turns, max_len=a.max_len)
+    t = import_trace(a.file, opt, a.out)
     imp = t.manifest["imported"]
-    print(f"wrote {a.out}: {t.n_requests} requests in {t.n_dags} sessions over "
+    print(f"wrote {a.out}: {t.n_requests} of {t.manifest['scenario']['import']['rows_read']} requests in "
+          f"{t.n_dags} sessions over "
           f"{t.manifest['scenario']['duration_s']:.0f} s, infinite-cache hit ratio "
           f"{imp['infinite_cache_hit_ratio']:.3f}")
     return 0

@@ -227,3 +227,12 @@ def test_trace_show_draws_the_imported_trace_over_time_same_bytes(tmp_path, caps
     assert outs[0] == outs[1] and outs[0][:4] == b"\x89PNG"
     assert "infinite-cache hit ratio" in capsys.readouterr().out
     assert main(["trace", "show", str(tmp_path / "t"), "--figure", str(tmp_path / "x.jpg")]) == 2
+
+
+def test_vocabulary_range_and_max_len_select_what_a_small_engine_takes(tmp_path):
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    t = import_trace(src, ImportOptions("mooncake", vocab_low=3, vocab_high=50, max_len=700))
+    assert t.n_requests == 2 and t.manifest["scenario"]["import"]["rows_read"] == 5     # 600+3 and 300+9 fit
+    assert t.arrays["pool"].min() >= 3 and t.arrays["pool"].max() < 50
+    assert main(["trace", "import", str(src), "--format", "mooncake", "--vocab-low", "60", "--vocab-high", "50",
+                 "--out", str(tmp_path / "o")]) == 2

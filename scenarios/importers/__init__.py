@@ -38,7 +38,7 @@ def import_trace(path: str | Path, opt: ImportOptions, out: str | Path | None = 
         rows = READERS[opt.fmt](p)
     check_order(rows, str(p))
     opt = ImportOptions(**{**opt.__dict__, "source": p.name, "source_sha256": _sha256(p)})
-    trace = build(select(rows, opt), opt)
+    trace = build(select(rows, opt), opt, len(rows))
     for check in CHECKS.values():
         check(trace)
     if out is not None:

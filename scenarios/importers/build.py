@@ -31,9 +31,11 @@ class ImportOptions:
     rate_scale: float = 1.0
     sample: int | None = None
     vocab_high: int = 128000
+    vocab_low: int = 0                           # ids below it are the tokenizer's special tokens
     rate: float | None = None                    # sharegpt: conversations per second (the data has no times)
     tokenizer: str | None = None                 # sharegpt: the model's tokenizer, to count tokens
     max_turns: int = 1                           # sharegpt: 1 = vllm bench serve's selection
+    max_len: int | None = None                   # drop requests whose prompt + output exceed it (a context)
     source: str = ""
     source_sha256: str = ""
 
@@ -53,6 +55,8 @@ def select(rows: list[Row], opt: ImportOptions) -> list[Row]:
     if opt.window is not None:
         lo, hi = opt.window
         rows = [r for r in rows if lo <= r.t_s - t0 < hi]
+    if opt.max_len is not None:
+        rows = [r for r in rows if r.input_len + r.output_len <= opt.max_len]
     if opt.sample is not None and opt.sample < len(rows):
         root = _roots(rows)
         sessions = sorted(set(root))
@@ -73,7 +77,9 @@ def _roots(rows: list[Row]) -> list[int]:
     return root
 
 
-def build(rows: list[Row], opt: ImportOptions) -> Trace:
+def build(rows: list[Row], opt: ImportOptions, read: int | None = None) -> Trace:
+    """``read``: rows in the file before selection (reported beside what was kept)."""
+    read = len(rows) if read is None else read
     if not rows:
         raise TraceImportError(opt.source, None, "no request left to import (empty file, window or filters)")
     check_order(rows, opt.source)
@@ -111,7 +117,7 @@ def build(rows: list[Row], opt: ImportOptions) -> Trace:
     prompt, stats = _prompts(kept, opt)
     arrays.update(prompt)
     trace = Trace(manifest={}, arrays=arrays)
-    trace.manifest = _manifest(trace, kept, opt, stats)
+    trace.manifest = _manifest(trace, kept, opt, stats, read)
     return trace
 
 
@@ -148,10 +154,10 @@ def _prompts(rows: list[Row], opt: ImportOptions) -> tuple[dict[str, np.ndarray]
     ids = np.fromiter(first_at, dtype=np.int64, count=len(first_at))
     blen = np.asarray([longest[int(k)] for k in ids], dtype=np.int64)
     salt = np.where(ids < 0, (-ids) + (1 << 40), ids)          # rows without ids: keys of their own
-    pool = block_tokens(opt.seed, salt, blen, opt.vocab_high)
+    pool = block_tokens(opt.seed, salt, blen, opt.vocab_high, opt.vocab_low)
     start = np.concatenate([[0], np.cumsum(blen)[:-1]]).astype(np.int64)
     par = np.asarray([parent[int(k)] for k in ids], dtype=np.int64)
-    pool[start] = separate_siblings(pool[start], par, opt.vocab_high)
+    pool[start] = separate_siblings(pool[start], par, opt.vocab_high, opt.vocab_low)
     where = {int(k): int(s) for k, s in zip(ids, start, strict=True)}
     segs: list[tuple[int, int, int]] = []
     offsets = [0]
@@ -172,7 +178,8 @@ def _prompts(rows: list[Row], opt: ImportOptions) -> tuple[dict[str, np.ndarray]
     return arrays, {"infinite_cache_hit_ratio": hit / total if total else 0.0, "blocks": int(ids.size)}
 
 
-def _manifest(trace: Trace, rows: list[Row], opt: ImportOptions, stats: dict[str, float]) -> dict:
+def _manifest(trace: Trace, rows: list[Row], opt: ImportOptions, stats: dict[str, float],
+              read: int) -> dict:
     a = trace.arrays
     t = a["arrival_s"] + np.where(np.diff(a["pred_offsets"]) > 0, 0.0, a["delay_s"])
     span = float(max(t.max(), 0.0))
@@ -189,7 +196,9 @@ def _manifest(trace: Trace, rows: list[Row], opt: ImportOptions, stats: dict[str
         "scenario": {"name": f"import-{opt.fmt}", "kind": "import", "duration_s": duration,
                      "import": {"format": opt.fmt, "source": opt.source, "source_sha256": opt.source_sha256,
                                 "window_s": list(opt.window) if opt.window else None, "rate_scale": opt.rate_scale,
-                                "sample": opt.sample, "vocab_high": opt.vocab_high}},
+                                "sample": opt.sample, "vocab_high": opt.vocab_high, "vocab_low": opt.vocab_low,
+                                "max_len": opt.max_len,
+                                "rows_read": read}},
         "counts": {"dags": trace.n_dags, "requests": trace.n_requests,
                    "roles": {name: int(n) for name, n in zip(ROLE_NAMES, np.bincount(a["role"], minlength=4),
                                                               strict=True)}},

@@ -1,6 +1,6 @@
 """Token ids for hash-id blocks: one deterministic block per id (rule G1 of ``trace-formats.md``).
 
-An id's tokens are a counter-based hash of (seed, id, position) folded into [0, vocab_high), so the same id
+An id's tokens are a counter-based hash of (seed, id, position) folded into [vocab_low, vocab_high), so the same id
 always gives the same tokens and a partial block is the prefix of its id's block. Blocks that follow the same
 block (or that open a prompt) start with distinct tokens while the vocabulary allows, so two prompts share
 exactly the tokens of their equal leading ids and not one token more.
@@ -22,7 +22,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def block_tokens(seed: int, ids: np.ndarray, lengths: np.ndarray, vocab_high: int) -> np.ndarray:
+def block_tokens(seed: int, ids: np.ndarray, lengths: np.ndarray, vocab_high: int, vocab_low: int = 0) -> np.ndarray:
     """Concatenated tokens of each id's block (``lengths[k]`` tokens of ``ids[k]``), in chunks of memory."""
     total = int(lengths.sum())
     out = np.empty(total, dtype=np.int32)
@@ -35,22 +35,22 @@ def block_tokens(seed: int, ids: np.ndarray, lengths: np.ndarray, vocab_high: in
             k = owner[lo:hi]
             pos = np.arange(lo, hi, dtype=np.int64) - starts[k]
             x = _mix(key ^ _mix(ids[k].astype(np.uint64) * _GOLD + pos.astype(np.uint64)))
-            out[lo:hi] = (x % np.uint64(vocab_high)).astype(np.int32)
+            out[lo:hi] = (x % np.uint64(vocab_high - vocab_low)).astype(np.int32) + vocab_low
     return out
 
 
-def separate_siblings(first: np.ndarray, parents: np.ndarray, vocab_high: int) -> np.ndarray:
+def separate_siblings(first: np.ndarray, parents: np.ndarray, vocab_high: int, vocab_low: int = 0) -> np.ndarray:
     """Bump first tokens so that blocks with the same parent block start differently (while the vocabulary
     holds enough ids; beyond that, collisions are left and counted by the caller)."""
     out = first.copy()
     used: dict[int, set[int]] = {}
     for k in range(out.size):
         seen = used.setdefault(int(parents[k]), set())
-        if len(seen) >= vocab_high:
+        if len(seen) >= vocab_high - vocab_low:
             continue
         t = int(out[k])
         while t in seen:
-            t = (t + 1) % vocab_high
+            t = vocab_low + (t + 1 - vocab_low) % (vocab_high - vocab_low)
         seen.add(t)
         out[k] = t
     return out
