@@ -9,6 +9,7 @@ context: 16384
 base: {…scenario…}      # the scenario every condition starts from
 conditions:             # explicit, each a set of dotted-path overrides …
   - {name: rate-0.12, set: {arrivals.rate: 0.12, duration_s: 900}}
+  - {name: mooncake, trace: traces/mooncake}   # … or a trace directory (servetwin trace import), run once
 sweep:                  # … and/or a cross product of dotted paths (names generated)
   prompts.sharing: [0, 0.3]
 arms:                   # named arms; each maps configuration names to an engine preset + overrides
@@ -46,6 +47,7 @@ class ConfigSpec(_F):
 class Condition(_F):
     name: str
     set: dict[str, Any] = Field(default_factory=dict)
+    trace: str | None = Field(None, description="a trace directory replayed as it is (no set, no seeds)")
     arms: tuple[str, ...] | None = Field(None, description="run only these arms (default: all)")
 
 
@@ -71,6 +73,7 @@ class Cell(BaseModel):
     config_index: int
     seed: int
     scenario: dict[str, Any]
+    trace: str | None = None
     engine: str
     overrides: dict[str, Any]
     hardware: str
@@ -119,6 +122,9 @@ def expand_conditions(g: GridSpec) -> list[Condition]:
     if not conds:
         conds = [Condition(name="base")]
     for c in conds:
+        if c.trace is not None and c.set:
+            raise SpecError(f"grid {g.name} condition {c.name}: a condition with a trace takes no 'set' (the trace "
+                            "is replayed as it is)")
         unknown = [a for a in (c.arms or ()) if a not in g.arms]
         if unknown:
             raise SpecError(f"grid {g.name} condition {c.name}: arms {unknown} not defined; defined: {list(g.arms)}")
@@ -142,6 +148,9 @@ def cells(g: GridSpec, duration_scale: float = 1.0) -> list[Cell]:
     """Every cell of the grid, each scenario validated up front (bad input fails before anything runs)."""
     out: list[Cell] = []
     for cond in expand_conditions(g):
+        if cond.trace is not None:
+            out.extend(_trace_cells(g, cond))
+            continue
         sc = apply_sets(g.base, cond.set)
         sc.setdefault("name", cond.name)
         sc["name"] = cond.name
@@ -157,4 +166,21 @@ def cells(g: GridSpec, duration_scale: float = 1.0) -> list[Cell]:
                                     seed=seed, scenario={**sc, "seed": seed}, engine=cs.engine,
                                     overrides=dict(cs.set), hardware=cs.hardware or g.hardware,
                                     model=cs.model or g.model, context=cs.context or g.context))
+    return out
+
+
+def _trace_cells(g: GridSpec, cond: Condition) -> list[Cell]:
+    """A trace condition: every configuration replays the trace once, under the trace's own seed."""
+    from scenarios.trace import read_trace
+    assert cond.trace is not None
+    t = read_trace(cond.trace, verify=False)
+    out = []
+    for arm, configs in g.arms.items():
+        if cond.arms is not None and arm not in cond.arms:
+            continue
+        for idx, (cname, cs) in enumerate(configs.items()):
+            out.append(Cell(grid=g.name, condition=cond.name, arm=arm, config=cname, config_index=idx, seed=t.seed,
+                            scenario=t.scenario, trace=cond.trace, engine=cs.engine, overrides=dict(cs.set),
+                            hardware=cs.hardware or g.hardware, model=cs.model or g.model,
+                            context=cs.context or g.context))
     return out

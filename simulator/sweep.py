@@ -21,6 +21,7 @@ from analysis.records import RecordError, read_meta, write_run
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.grid import Cell
+from scenarios.trace import read_trace
 from simulator.presets import resolve
 from simulator.profiles import load_hardware, load_model
 from simulator.simulate import simulate
@@ -28,7 +29,7 @@ from simulator.simulate import simulate
 
 def run_cell(cell: Cell, out: str) -> str:
     """Simulate one cell and write its RunRecord atomically under out/<cell.key>. Returns the key."""
-    trace = compile_trace(cell.scenario_model())
+    trace = read_trace(cell.trace) if cell.trace else compile_trace(cell.scenario_model())
     rec = simulate(trace, cell.engine, cell.hardware, cell.model, cell.overrides, cell.context)
     rec.meta["labels"] = {"grid": cell.grid, "condition": cell.condition, "arm": cell.arm,
                           "config": cell.config, "config_index": cell.config_index}
@@ -37,11 +38,17 @@ def run_cell(cell: Cell, out: str) -> str:
 
 
 def _expected(cell: Cell, digests: dict[str, str]) -> dict[str, Any]:
+    cfg = resolve(cell.engine, load_hardware(cell.hardware), load_model(cell.model), cell.context, cell.overrides)
+    if cell.trace:
+        key = f"trace:{cell.trace}"
+        if key not in digests:
+            digests[key] = read_trace(cell.trace).digest
+        return {"trace_digest": digests[key], "engine_config": cfg.model_dump(mode="json"),
+                "duration_s": float(cell.scenario["duration_s"])}
     sc = cell.scenario_model()
     key = sc.model_dump_json()
     if key not in digests:
         digests[key] = compile_trace(sc).digest
-    cfg = resolve(cell.engine, load_hardware(cell.hardware), load_model(cell.model), cell.context, cell.overrides)
     return {"trace_digest": digests[key], "engine_config": cfg.model_dump(mode="json"),
             "duration_s": float(sc.duration_s)}
 

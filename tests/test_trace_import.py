@@ -236,3 +236,24 @@ def test_vocabulary_range_and_max_len_select_what_a_small_engine_takes(tmp_path)
     assert t.arrays["pool"].min() >= 3 and t.arrays["pool"].max() < 50
     assert main(["trace", "import", str(src), "--format", "mooncake", "--vocab-low", "60", "--vocab-high", "50",
                  "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_grid_condition_replays_an_imported_trace_once_per_configuration_and_resumes(tmp_path, capsys):
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    assert main(["trace", "import", str(src), "--format", "mooncake", "--seed", "7", "--out", str(tmp_path / "t")]) == 0
+    grid = tmp_path / "g.yaml"
+    grid.write_text(f"name: imported\nseeds: [1, 2]\nconditions:\n  - {{name: mooncake, trace: {tmp_path / 't'}}}\n"
+                    "arms:\n  defaults:\n    vllm: {engine: vllm-0.6.3, set: {enable_prefix_caching: true}}\n"
+                    "    sglang: {engine: sglang-0.4.1}\n")
+    from scenarios.grid import cells, load_grid
+    cs = cells(load_grid(grid))
+    assert [(c.config, c.seed) for c in cs] == [("vllm", 7), ("sglang", 7)]
+    out = tmp_path / "runs"
+    assert main(["sweep", str(grid), "--out", str(out), "--jobs", "1"]) == 0
+    assert sorted(p.parent.parent.name for p in out.glob("mooncake/defaults/*/seed-7/run.json")) == ["sglang", "vllm"]
+    capsys.readouterr()
+    assert main(["sweep", str(grid), "--out", str(out), "--jobs", "1"]) == 0        # resumes: nothing to run
+    assert "2 already complete" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(grid.read_text().replace("trace:", "set: {duration_s: 5}, trace:"))
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "r2")]) == 2
