@@ -19,6 +19,7 @@ from analysis.tables import phi_interval
 from scenarios.compiler import compile_trace
 from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
+from scenarios.trace import Trace
 from simulator.profiles import HardwareProfile
 from simulator.simulate import simulate
 
@@ -64,12 +65,24 @@ def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return ("vllm-0.6.3" if v0 else "vllm-v1"), over
 
 
+def live_trace(live: RunRecord, traces: tuple[Trace, ...] = ()) -> Trace:
+    """The trace a live run replayed: recompiled from its scenario, or — for an imported trace, which cannot
+    be recompiled — the one among ``traces`` whose digest it recorded."""
+    if live.meta["scenario"].get("kind") == "import":
+        for t in traces:
+            if t.digest == live.meta["trace_digest"]:
+                return t
+        raise ServetwinError(f"{live.path}: the run replayed an imported trace ({live.meta['trace_digest']}); "
+                             "give its directory with --trace DIR")
+    sc = scenario_from_dict({**live.meta["scenario"], "seed": live.meta["seed"]}, f"{live.path}/run.json")
+    return compile_trace(sc)
+
+
 def twin(live: RunRecord, hardware: str | HardwareProfile, model: str, record_tokens: bool = False,
-         step_log: list[dict[str, Any]] | None = None) -> RunRecord:
+         step_log: list[dict[str, Any]] | None = None, traces: tuple[Trace, ...] = ()) -> RunRecord:
     """Simulate the live run's trace with its resolved configuration (with per-token times and a step log
     if asked)."""
-    sc = scenario_from_dict({**live.meta["scenario"], "seed": live.meta["seed"]}, f"{live.path}/run.json")
-    trace = compile_trace(sc)
+    trace = live_trace(live, traces)
     if trace.digest != live.meta["trace_digest"]:
         raise ServetwinError(f"{live.path}: recompiled trace {trace.digest} differs from the run's "
                              f"{live.meta['trace_digest']}; cannot simulate the identical trace")
@@ -175,12 +188,12 @@ def measured_phi_interval(table: pd.DataFrame, defaults_pair: str, matched_pair:
 
 
 def compare(live_runs: list[RunRecord], sim_dir: str | Path, hardware: str, model: str,
-            phi_pairs: tuple[str, str] | None = None) -> dict[str, pd.DataFrame]:
+            phi_pairs: tuple[str, str] | None = None, traces: tuple[Trace, ...] = ()) -> dict[str, pd.DataFrame]:
     pairs = []
     for live in live_runs:
         if live.meta.get("source") != "live":
             continue
-        sim = twin(live, hardware, model)
+        sim = twin(live, hardware, model, traces=traces)
         dest = twin_dir(Path(sim_dir), live)
         write_run(sim, dest)
         pairs.append((live, sim))

@@ -220,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", default=None, metavar="DIR", help="also draw measured vs simulated per metric")
     p.add_argument("--phi", nargs=2, default=None, metavar=("DEFAULTS_PAIR", "MATCHED_PAIR"),
                    help="decomposition φ measured and simulated, e.g. vllm-nochunk/sglang vllm-c512/sglang-c512")
+    p.add_argument("--trace", action="append", metavar="DIR", help="the trace directory a live run replayed "
+                   "where it cannot be recompiled (an imported trace); repeat for several")
     p.set_defaults(fn=c.cmd_compare)
 
     p = sub.add_parser("twin-study", help="the two-engine study on this machine: vLLM and SGLang (CPU) probed, "

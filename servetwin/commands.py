@@ -427,7 +427,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
     lives = _load(a.live_runs)                 # a bad record is refused before anything is written
     _warn_poor(a.hardware)
     mark_dir(a.sim_runs, "runs", a.live_runs)
-    tables = compare(lives, a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None)
+    from scenarios import read_trace
+    traces = tuple(read_trace(t) for t in a.trace or ())
+    tables = compare(lives, a.sim_runs, a.hardware, a.model, tuple(a.phi) if a.phi else None, traces)
     if a.figures:
         from paper_figures.figures import measured_vs_simulated
         measured_vs_simulated(tables["side_by_side"], Path(a.figures))

@@ -257,3 +257,23 @@ def test_a_grid_condition_replays_an_imported_trace_once_per_configuration_and_r
     bad = tmp_path / "bad.yaml"
     bad.write_text(grid.read_text().replace("trace:", "set: {duration_s: 5}, trace:"))
     assert main(["sweep", str(bad), "--out", str(tmp_path / "r2")]) == 2
+
+
+def test_compare_twins_a_live_run_of_an_imported_trace_given_its_directory(tmp_path, capsys):
+    from analysis.records import read_run, write_run
+    from simulator import simulate
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    assert main(["trace", "import", str(src), "--format", "mooncake", "--out", str(tmp_path / "t")]) == 0
+    rec = simulate(read_trace(tmp_path / "t"), "vllm-0.6.3", "l4", overrides={"enable_prefix_caching": True})
+    rec.meta["source"] = "live"                     # pretend a live engine produced exactly this
+    rec.meta["engine"] = "apc-on"
+    write_run(rec, tmp_path / "live" / "seed-0")
+    capsys.readouterr()
+    args = ["compare", str(tmp_path / "sim"), str(tmp_path / "live"), "--hardware", "l4", "--model", "llama-3.1-8b",
+            "--format", "json"]
+    assert main(args) == 1
+    assert "imported trace" in capsys.readouterr().err and read_run(tmp_path / "live" / "seed-0")
+    assert main([*args, "--trace", str(tmp_path / "t")]) == 0
+    rows = json.loads(capsys.readouterr().out)["side_by_side"]
+    bad = [r for r in rows if r["rel_error"] is not None and abs(r["rel_error"]) >= 1e-9]
+    assert rows and not bad, [(r["metric"], r["measured"], r["simulated"]) for r in bad]
