@@ -277,3 +277,10 @@ def test_compare_twins_a_live_run_of_an_imported_trace_given_its_directory(tmp_p
     rows = json.loads(capsys.readouterr().out)["side_by_side"]
     bad = [r for r in rows if r["rel_error"] is not None and abs(r["rel_error"]) >= 1e-9]
     assert rows and not bad, [(r["metric"], r["measured"], r["simulated"]) for r in bad]
+
+
+def test_an_unwritten_import_is_sealed_like_a_written_one(tmp_path):
+    src = _jsonl(tmp_path / "m.jsonl", _mooncake_rows())
+    mem = import_trace(src, ImportOptions("mooncake"))
+    disk = import_trace(src, ImportOptions("mooncake"), tmp_path / "t")
+    assert mem.digest == disk.digest == read_trace(tmp_path / "t").digest

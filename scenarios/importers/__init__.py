@@ -10,7 +10,7 @@ from scenarios.importers.build import ImportOptions, build, check_order, select
 from scenarios.importers.readers import BLOCK, READERS
 from scenarios.importers.rows import Row, TraceImportError
 from scenarios.importers.sharegpt import read_sharegpt
-from scenarios.trace import Trace, write_trace
+from scenarios.trace import Trace, seal, write_trace
 
 __all__ = ["BLOCK", "FORMATS", "ImportOptions", "Row", "TraceImportError", "import_trace"]
 FORMATS = (*READERS, "sharegpt")
@@ -43,4 +43,6 @@ def import_trace(path: str | Path, opt: ImportOptions, out: str | Path | None = 
         check(trace)
     if out is not None:
         write_trace(trace, out, inputs=(p,))
+    else:
+        seal(trace)                        # digests in memory, as a written trace has them
     return trace
