@@ -85,6 +85,16 @@ class RunRecord:
         return str(self.meta["run_id"])
 
 
+def servetwin_version() -> str:
+    """The installed distribution's version, as a record states it (read from the package metadata, so the
+    layers below the command line never import it)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("servetwin")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def default_exclusion() -> dict[str, Any]:
     """The study's rules: warm-up requests are never recorded; the first DAG of a run is excluded."""
     return {"exclude_first_dags": 1, "warmup_requests_discarded": 0}

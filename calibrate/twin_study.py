@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.metrics import KEEPS_PACE
+from analysis.metrics import KEEPS_PACE, run_metrics
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
@@ -270,7 +270,8 @@ def knee_cells(out: Path, quick: bool) -> Cells:
     sc = scenario_from_dict(scenario(1.0, SHARINGS[0], 300.0, 1))
     cap = capacity_search(sc, "sglang-current", str(knee_profile(out)), "tiny-llama",
                           {"max_total_tokens": 65536, "schedule_policy": "lpm"},
-                          lo=0.2, hi=4.0, seeds=(1,), context=8192, pace="realised")
+                          lo=0.2, hi=4.0, seeds=(1,), context=8192, pace="realised", measure=run_metrics,
+                          keeps_fraction=KEEPS_PACE)
     knee = cap.keeps_rate
     high, low = SHARINGS
     conditions = [(round(0.6 * knee, 2), high)] if quick else [(round(0.6 * knee, 2), high),

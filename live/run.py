@@ -236,8 +236,8 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
 
 
 def _versions() -> dict[str, str]:
-    from servetwin import __version__
-    return {"servetwin": __version__, "httpx": httpx.__version__}
+    from analysis.records import servetwin_version
+    return {"servetwin": servetwin_version(), "httpx": httpx.__version__}
 
 
 def run_live(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: str | Path) -> RunRecord:

@@ -14,11 +14,8 @@ import pandas as pd
 from analysis.metrics import measured
 from analysis.records import RunRecord
 from analysis.tables import all_tables
-from paper_figures.style import MARKERS, color, new, save
-
-
-class MissingRuns(Exception):
-    """A figure cannot be drawn from the runs given; the message says which runs it needs."""
+from paper_figures import study_figures as sf
+from paper_figures.style import MARKERS, MissingRuns, color, new, save
 
 
 def _rate(cond: str) -> float | None:
@@ -154,7 +151,6 @@ def _draw_all(runs: list[RunRecord], out: Path) -> tuple[list[Path], list[str]]:
         ("decomposition", lambda: decomposition(tables, out)),
         ("ttft_vs_rate", lambda: ttft_vs_rate(tables["runs"], out)),
         ("throughput", lambda: throughput(tables["runs"], out)), ("ttft_cdf", lambda: ttft_cdf(runs, out))]
-    from paper_figures import study_figures as sf
     rt, gaps = tables["runs"], tables["gaps"]
     makers += [("tpot_vs_rate", lambda: sf.tpot_vs_rate(rt, out)), ("fluid_model", lambda: sf.fluid(rt, out)),
                ("sharing", lambda: sf.sharing(rt, gaps, out)), ("variability", lambda: sf.variability(rt, out)),

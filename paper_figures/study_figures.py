@@ -13,8 +13,7 @@ import pandas as pd
 from analysis.fluid import closed_loop_wait, fluid_wait, shortfall
 from analysis.stats import geomean
 from analysis.tables import _pairs
-from paper_figures.figures import MissingRuns
-from paper_figures.style import MARKERS, color, new, save
+from paper_figures.style import MARKERS, MissingRuns, color, new, save
 
 
 def _by_config(rt: pd.DataFrame, x: str, metric: str) -> list[tuple[str, str, str, pd.Series]]:

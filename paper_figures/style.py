@@ -10,6 +10,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+
+class MissingRuns(Exception):
+    """A figure cannot be drawn from the runs given; the message says which runs it needs."""
+
+
 COLORS = {"vllm": "#1f6fb4", "sglang": "#d1495b", "other": "#3c8d2f"}
 MARKERS = {"defaults": "o", "matched": "s"}
 RC: dict[str, Any] = {"figure.dpi": 110, "savefig.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,

@@ -13,7 +13,16 @@ from scenarios.prompts import TokenSampler, distinct_rows
 from scenarios.spec import Scenario
 from scenarios.tools import draw_delays
 from scenarios.topology import ROLE_CAPS, DagShape, choose_shapes
-from scenarios.trace import FORMAT_VERSION, SRC_POOL, SRC_PREFIX, Trace, prefix_digest, seal, write_trace
+from scenarios.trace import (
+    FORMAT_VERSION,
+    SRC_POOL,
+    SRC_PREFIX,
+    Trace,
+    achieved_sharing,
+    prefix_digest,
+    seal,
+    write_trace,
+)
 
 LAYERS = {"arrivals": 0, "topology": 1, "tools": 2, "prefix": 3, "context": 4, "suffix": 5, "outputs": 6}
 
@@ -117,14 +126,6 @@ def build_trace(sc: Scenario) -> Trace:
     trace = Trace(manifest={}, arrays=arrays)
     trace.manifest = _manifest(sc, trace)
     return trace
-
-
-def achieved_sharing(trace: Trace) -> float:
-    """Mean over requests of F / (F + D_r), D_r the request's own suffix length."""
-    F = int(trace.arrays["prefix"].size)
-    segs, off = trace.arrays["segments"], trace.arrays["seg_offsets"]
-    own = segs[off[1:] - 1, 2].astype(np.float64)
-    return float(np.mean(F / (F + own))) if own.size else 0.0
 
 
 def _manifest(sc: Scenario, trace: Trace) -> dict:

@@ -131,6 +131,14 @@ class Trace:
         return succ
 
 
+def achieved_sharing(trace: Trace) -> float:
+    """Mean over requests of F / (F + D_r), D_r the request's own suffix length."""
+    F = int(trace.arrays["prefix"].size)
+    segs, off = trace.arrays["segments"], trace.arrays["seg_offsets"]
+    own = segs[off[1:] - 1, 2].astype(np.float64)
+    return float(np.mean(F / (F + own))) if own.size else 0.0
+
+
 def manifest_digest(manifest: dict[str, Any]) -> str:
     """SHA-256 over every manifest field but ``digests`` (canonical JSON: sorted keys, no spaces)."""
     body = {k: v for k, v in manifest.items() if k != "digests"}

@@ -60,7 +60,7 @@ def check_prefix(t: Trace) -> None:
 
 
 def check_sharing(t: Trace) -> None:
-    from scenarios.compiler import achieved_sharing
+    from scenarios.trace import achieved_sharing
     target = float(t.manifest["target_sharing"])
     got = achieved_sharing(t)
     if abs(got - target) > SIGMA_TOLERANCE:

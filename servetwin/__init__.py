@@ -1,3 +1,8 @@
 """servetwin: a discrete-event simulator of LLM serving engines plus a live validator."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("servetwin")
+except PackageNotFoundError:          # run from a checkout that is not installed
+    __version__ = "0+unknown"

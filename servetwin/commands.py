@@ -201,11 +201,12 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_capacity(a: argparse.Namespace) -> int:
+    from analysis.metrics import KEEPS_PACE, run_metrics
     from simulator.capacity import capacity_search
     from simulator.presets import parse_overrides
     sc = _scenario(a.scenario, None)
     cap = capacity_search(sc, a.engine, a.hardware, a.model, parse_overrides(a.set), a.lo, a.hi, tuple(a.seeds),
-                          context=a.context, pace=a.pace)
+                          context=a.context, pace=a.pace, measure=run_metrics, keeps_fraction=KEEPS_PACE)
     rule = ("geometric-mean X ≥ 0.97 × nominal offered load" if cap.pace == "nominal"
             else "every seed's X ≥ 0.97 × its realised load")
     print(f"{a.engine}: keeps pace at {cap.keeps_rate:.4f} DAG/s (offered {cap.keeps_load:.3f} requests/s, realised "
@@ -457,8 +458,8 @@ def cmd_figures(a: argparse.Namespace) -> int:
 
 
 def cmd_paper(a: argparse.Namespace) -> int:
-    from paper_figures.paper import run_paper
     from scenarios.outputs import mark_dir
+    from servetwin.paper import run_paper
     mark_dir(a.out, "paper")
     return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)
 

@@ -13,14 +13,18 @@ highest X of the search (``saturated``) is the engine's service rate, the study'
 sustains" (C6). At the study's 600-s runs the keeps-pace bracket is within its own noise: a DAG spans
 30-50 s (planner, tools, workers, a 256-token aggregator), so about 2.5 % of the requests issued before T
 cannot finish by T however fast the engine is, at the rule's 3 % margin, and Gamma arrivals with cv 1.5 put
-+-11 % on each seed's count. The saturated X has neither problem: the engine is busy to the end."""
++-11 % on each seed's count. The saturated X has neither problem: the engine is busy to the end.
+
+The metrics and the rule's fraction are the caller's (``measure=analysis.metrics.run_metrics``,
+``keeps_fraction=analysis.metrics.KEEPS_PACE``): the simulator layer does not import the analysis above it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from analysis.metrics import KEEPS_PACE, run_metrics
+from analysis.records import RunRecord
 from analysis.stats import geomean
 from scenarios.compiler import compile_trace
 from scenarios.spec import Scenario
@@ -28,6 +32,7 @@ from simulator.profiles import HardwareProfile, ModelProfile
 from simulator.simulate import simulate
 
 Pace = Literal["nominal", "realised"]
+Measure = Callable[[RunRecord], Mapping[str, Any]]   # a run's throughput, offered/realised load, pace
 
 
 @dataclass(frozen=True)
@@ -60,33 +65,36 @@ class Point:
 
 def evaluate(sc: Scenario, rate: float, engine: str, hardware: str | HardwareProfile, model: str | ModelProfile,
              overrides: dict[str, Any] | None, seeds: tuple[int, ...], context: int | None,
-             pace: Pace = "nominal") -> Point:
+             pace: Pace = "nominal", *, measure: Measure, keeps_fraction: float) -> Point:
     ms = []
     for seed in seeds:
         s = sc.model_copy(update={"seed": seed, "arrivals": sc.arrivals.model_copy(update={"rate": rate})})
-        ms.append(run_metrics(simulate(compile_trace(s), engine, hardware, model, overrides, context)))
+        ms.append(measure(simulate(compile_trace(s), engine, hardware, model, overrides, context)))
     x = geomean([m["throughput"] for m in ms]) if all(m["throughput"] > 0 for m in ms) else 0.0
     realised = geomean([m["realised_load"] for m in ms]) if all(m["realised_load"] > 0 for m in ms) else 0.0
     # the study's rule; where the seeds issued less than the nominal load, against what they issued
-    by_nominal = x >= KEEPS_PACE * min(ms[0]["offered_load"], realised)
+    by_nominal = x >= keeps_fraction * min(ms[0]["offered_load"], realised)
     keeps = by_nominal if pace == "nominal" else all(m["keeps_pace_realised"] for m in ms)
     return Point(keeps, x, realised)
 
 
 def keeps_pace(sc: Scenario, rate: float, engine: str, hardware: str | HardwareProfile,
                model: str | ModelProfile, overrides: dict[str, Any] | None, seeds: tuple[int, ...],
-               context: int | None, pace: Pace = "nominal") -> bool:
-    return evaluate(sc, rate, engine, hardware, model, overrides, seeds, context, pace).keeps
+               context: int | None, pace: Pace = "nominal", *, measure: Measure, keeps_fraction: float) -> bool:
+    return evaluate(sc, rate, engine, hardware, model, overrides, seeds, context, pace, measure=measure,
+                    keeps_fraction=keeps_fraction).keeps
 
 
 def capacity_search(sc: Scenario, engine: str, hardware: str | HardwareProfile = "l4",
                     model: str | ModelProfile = "llama-3.1-8b", overrides: dict[str, Any] | None = None,
                     lo: float = 0.01, hi: float = 2.0, seeds: tuple[int, ...] = (1, 2, 3), rel_tol: float = 0.03,
-                    context: int | None = 16384, pace: Pace = "nominal") -> Capacity:
+                    context: int | None = 16384, pace: Pace = "nominal", *, measure: Measure,
+                    keeps_fraction: float) -> Capacity:
     tried: dict[float, Point] = {}
 
     def ok(rate: float) -> bool:
-        tried[rate] = evaluate(sc, rate, engine, hardware, model, overrides, seeds, context, pace)
+        tried[rate] = evaluate(sc, rate, engine, hardware, model, overrides, seeds, context, pace, measure=measure,
+                               keeps_fraction=keeps_fraction)
         return tried[rate].keeps
     keeps, fails = hi, None
     while not ok(keeps):                  # down from hi: the highest rate that keeps pace, whatever lies below

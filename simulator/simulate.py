@@ -116,5 +116,5 @@ def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
 def _versions() -> dict[str, str]:
     import simpy as _s
 
-    from servetwin import __version__
-    return {"servetwin": __version__, "simpy": _s.__version__, "numpy": np.__version__}
+    from analysis.records import servetwin_version
+    return {"servetwin": servetwin_version(), "simpy": _s.__version__, "numpy": np.__version__}

@@ -31,12 +31,13 @@ def test_closed_loop_model_predicts_simulated_median_wait(req_rate):
 
 def test_capacity_search_on_a_degenerate_engine():
     """Batch 1, constant service D = 0.1 s, one request per DAG: capacity is 1/D = 10 requests/s."""
+    from analysis.metrics import KEEPS_PACE, run_metrics
     from simulator.capacity import capacity_search
     sc = scenario_from_dict({"seed": 1, "duration_s": 1200, "arrivals": {"kind": "poisson", "rate": 1.0},
                              "topology": {"kind": "chain", "turns": 1},
                              "prompts": {"prefix_tokens": 0, "suffix_tokens": 8}, "outputs": {"turn": 1}})
     cap = capacity_search(sc, "vllm-0.6.3", constant_hardware(D), overrides={"max_num_seqs": 1},
-                          lo=2.0, hi=16.0, seeds=(1, 2), rel_tol=0.02)
+                          lo=2.0, hi=16.0, seeds=(1, 2), rel_tol=0.02, measure=run_metrics, keeps_fraction=KEEPS_PACE)
     assert cap.keeps_rate < cap.fails_rate
     # keeps pace means X ≥ 0.97 Λ, so loads up to 10/0.97 still pass
     assert 9.0 <= cap.keeps_load <= 10 / 0.97 and cap.fails_load <= 10.6

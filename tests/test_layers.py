@@ -1,0 +1,58 @@
+"""The layers as docs/architecture.md draws them, read from the source's imports (lazy ones included): each
+package imports only the packages below it, and the module rules the architecture names hold."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RANK = {"scenarios": 0, "analysis": 1, "simulator": 2, "live": 3, "paper_figures": 3, "calibrate": 4,
+        "servetwin": 5}
+
+
+def _imports() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for pkg in RANK:
+        for f in (ROOT / pkg).rglob("*.py"):
+            mod = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+            names: set[str] = set()
+            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names.update(a.name for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names.add(node.module)
+                    names.update(f"{node.module}.{a.name}" for a in node.names)
+            out[mod] = {n for n in names if n.split(".")[0] in RANK}
+    return out
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    bad = [f"{mod} imports {n}" for mod, names in _imports().items() for n in names
+           if RANK[n.split(".")[0]] > RANK[mod.split(".")[0]]
+           or (RANK[n.split(".")[0]] == RANK[mod.split(".")[0]] and n.split(".")[0] != mod.split(".")[0])]
+    assert not bad, bad
+
+
+def test_the_simulator_and_figures_keep_to_their_layers():
+    imports = _imports()
+    sim = {n for mod, names in imports.items() if mod.startswith("simulator") for n in names}
+    assert not any(n.startswith(("analysis.metrics", "analysis.tables", "servetwin")) for n in sim), sim
+    figs = {n for mod, names in imports.items() if mod.startswith("paper_figures") for n in names}
+    assert not any(n.startswith("simulator") for n in figs), figs          # figures never simulate
+
+
+def test_no_module_cycles_within_a_package():
+    imports = _imports()
+    graph = {m: {n for n in names if n in imports or n.rsplit(".", 1)[0] in imports} for m, names in imports.items()}
+    graph = {m: {n if n in imports else n.rsplit(".", 1)[0] for n in ns} - {m} for m, ns in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in graph.get(m, ()):
+            assert state.get(n) != 1, f"import cycle: {' → '.join([*path, m, n])}"
+            if n not in state:
+                visit(n, [*path, m])
+        state[m] = 2
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
