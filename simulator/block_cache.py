@@ -49,6 +49,8 @@ class SeqBlocks:
     hashes: list[int]
     n_private: int
     last_access: float = 0.0   # when the sequence was last scheduled; written to its blocks at free
+    computed_run: int = 0      # leading blocks known computed before computed_run_step (a memo)
+    computed_run_step: int = -1
 
     @property
     def num_blocks(self) -> int:
@@ -158,11 +160,14 @@ class BlockCache:
         never including the last block of the table (vLLM V0 ``get_computed_block_ids``)."""
         table: SeqBlocks = req.engine
         usable = min(len(table.hashes), table.num_blocks - 1)
-        n = 0
-        for h in table.hashes[:usable]:
-            if self.cached[h].computed_step >= step:
-                break
+        # A block's computed step is fixed while the table holds it, and steps only grow: the run found at an
+        # earlier step still holds, so the scan resumes where it stopped (a long chunked prompt would
+        # otherwise rescan every block for every chunk).
+        n = min(table.computed_run, usable) if step >= table.computed_run_step >= 0 else 0
+        cached, hashes = self.cached, table.hashes
+        while n < usable and cached[hashes[n]].computed_step < step:
             n += 1
+        table.computed_run, table.computed_run_step = n, step
         return min(n * self.block_size, cap_tokens)
 
     def lookup_hit_blocks(self, req: Request, n_tokens: int) -> int:

@@ -120,3 +120,26 @@ def test_radix_evicts_lru_leaf_first():
     assert t.evict(1) == 2                    # a's leaf [3, 4] is older
     assert t.match_prefix(a, 3.0)[0] == 2 and t.match_prefix(b, 3.0)[0] == 4
     t.check_integrity()
+
+
+def test_computed_prefix_memo_agrees_with_a_fresh_scan_as_steps_grow():
+    """The leading computed run is memoised per table; at every later step it equals a scan from scratch."""
+    c = BlockCache(64, 4, True)
+    shared = list(range(100, 124))
+    reqs = []
+    for i, step in enumerate((1, 3, 5)):
+        r = req(i, shared[: 8 * (i + 1)] + [500 + i] * 3)
+        c.allocate(r, r.fill_len, step, 0.0)
+        reqs.append(r)
+
+    def scan(r, step):
+        t = r.engine
+        n = 0
+        for h in t.hashes[:min(len(t.hashes), t.num_blocks - 1)]:
+            if c.cached[h].computed_step >= step:
+                break
+            n += 1
+        return n * c.block_size
+    for step in range(0, 9):
+        for r in reqs:
+            assert c.computed_prefix_tokens(r, step, 10**6) == scan(r, step), (r.idx, step)
