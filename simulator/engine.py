@@ -28,7 +28,7 @@ import simpy
 from simulator.cost_model import CostModel
 from simulator.front_end import FrontEnd, Intake
 from simulator.request import Request
-from simulator.schedulers.base import Step
+from simulator.schedulers.base import Scheduler, Step
 from simulator.telemetry import Telemetry
 
 MODES = {"prefill": "EXTEND", "decode": "DECODE", "mixed": "MIXED"}
@@ -46,7 +46,7 @@ def step_event(step: Step, t0: float) -> dict[str, Any]:
 
 
 class Replica:
-    def __init__(self, env: simpy.Environment, scheduler: Any, cost: CostModel, telemetry: Telemetry,
+    def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, telemetry: Telemetry,
                  on_finish: Callable[[Request], None], check_every: int = 0,
                  step_log: list[dict[str, Any]] | None = None):
         self.env, self.sched, self.cost, self.tel = env, scheduler, cost, telemetry

@@ -12,25 +12,15 @@ import simpy
 
 from analysis.records import RunRecord, default_exclusion
 from scenarios.trace import Trace
-from simulator.config import EngineConfig, VllmV0Config, VllmV1Config
+from simulator.config import EngineConfig
 from simulator.cost_model import CostModel, extends_whole_sequence
 from simulator.engine import Replica
 from simulator.presets import check_startup, resolve
 from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from simulator.request import Request
-from simulator.schedulers.sglang import SglangScheduler
-from simulator.schedulers.vllm_v0 import VllmV0Scheduler
-from simulator.schedulers.vllm_v1 import VllmV1Scheduler
+from simulator.schedulers.registry import make_scheduler
 from simulator.telemetry import Telemetry
 from simulator.workload import DagDriver
-
-
-def make_scheduler(cfg: EngineConfig) -> Any:
-    if isinstance(cfg, VllmV0Config):
-        return VllmV0Scheduler(cfg)
-    if isinstance(cfg, VllmV1Config):
-        return VllmV1Scheduler(cfg)
-    return SglangScheduler(cfg)
 
 
 def graph_limit(cfg: EngineConfig) -> int:

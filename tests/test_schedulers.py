@@ -362,3 +362,15 @@ def test_sglang_admission_reserves_what_0_4_1_reserves():
     s.add(b, 2)
     st = s.schedule(2, 2)
     assert st.kind == "prefill" and [r for r, _ in st.items] == [b]
+
+
+def test_schedulers_come_from_the_registry_by_engine_family():
+    from types import SimpleNamespace
+
+    import pytest as _pytest
+
+    from simulator.schedulers.registry import SCHEDULERS, make_scheduler
+    assert set(SCHEDULERS) == {"vllm-v0", "vllm-v1", "sglang"}
+    assert all(cls.family == fam for fam, cls in SCHEDULERS.items())
+    with _pytest.raises(KeyError, match="no scheduler; known"):
+        make_scheduler(SimpleNamespace(family="trt-llm"))

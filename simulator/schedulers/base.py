@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from simulator.cost_model import BatchShape
 from simulator.request import Request
@@ -26,6 +26,28 @@ class Counters:
     prefix_hit_tokens: int = 0
     prefix_query_tokens: int = 0
     ignored: int = 0
+
+
+class Scheduler(Protocol):
+    """What the replica (simulator.engine) asks of an engine family's scheduler."""
+
+    family: str
+    waiting: deque[Request]
+    running: list[Request]
+    counters: Counters
+    rejected: list[Request]
+
+    @property
+    def has_work(self) -> bool: ...
+    def add(self, req: Request, now: float) -> None: ...
+    def schedule(self, now: float, step_id: int) -> Step | None: ...
+    def complete(self, step: Step, now: float, step_id: int) -> list[Request]: ...
+    def flush(self, now: float) -> list[Request]: ...
+    def abort(self, r: Request, now: float) -> None: ...
+    def reject(self, req: Request, why: str) -> None: ...
+    def kv_usage(self) -> float: ...
+    def distinct_kv_tokens(self) -> int: ...
+    def check_integrity(self) -> None: ...
 
 
 class SchedulerBase:
