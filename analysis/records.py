@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analysis.redact import redact
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 SCHEMA_VERSION = 2          # 2: sealed (digests of every file, of the resolved configuration and of run.json)
 
@@ -118,7 +118,7 @@ def write_run(rec: RunRecord, out: str | Path, extra: dict[str, bytes] | None = 
 
     An existing ``out`` is replaced only when it is a run record; ``extra`` files (a live run's journal) are
     written and sealed with the rest. Secrets in the metadata are redacted before anything is written."""
-    from scenarios.outputs import staged_dir
+    from foundation.outputs import staged_dir
     out = Path(out)
     missing = [k for k in RUN_KEYS if k not in rec.meta and k not in ("schema_version", "digests")]
     if missing:

@@ -16,7 +16,7 @@ import pandas as pd
 from analysis.metrics import KEEPS_PACE, run_metrics
 from analysis.records import RecordError, RunRecord
 from analysis.stats import geomean, paired_gap, removed_fraction, removed_fraction_interval, spread_of_medians
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 LATENCY = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50")
 

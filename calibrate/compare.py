@@ -16,8 +16,8 @@ from analysis.metrics import run_metrics
 from analysis.records import RunRecord, write_run
 from analysis.stats import paired_gap, removed_fraction
 from analysis.tables import phi_interval
+from foundation.errors import ServetwinError
 from scenarios.compiler import compile_trace
-from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from scenarios.trace import Trace
 from simulator.profiles import HardwareProfile

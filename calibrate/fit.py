@@ -128,5 +128,5 @@ PROFILE_HEAD = "# servetwin:profile — a hardware profile written by servetwin 
 
 def dump_profile(out: str | Path, data: dict[str, Any]) -> Path:
     """Write a profile YAML atomically; an existing file is replaced only when servetwin wrote it."""
-    from scenarios.outputs import write_file
+    from foundation.outputs import write_file
     return write_file(out, PROFILE_HEAD + yaml.safe_dump(data, sort_keys=False, width=120), "profile")

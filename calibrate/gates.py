@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 R2_MIN = 0.98
 MAPE_MAX = 0.10

@@ -28,8 +28,8 @@ from analysis.tables import print_table, to_markdown
 from calibrate.step_log import read_events
 from calibrate.twin_live import CONFIGS, ORDER, calibration_dirs, start_unix
 from calibrate.twin_steplog import has_step_log, step_log, vllm_step_log
+from foundation.errors import ServetwinError
 from live.vllm_steplog import read_steps
-from scenarios.errors import ServetwinError
 
 MAX_BATCH = 3          # decode forwards of 1..MAX_BATCH requests are counted
 MOVED = 1.25           # a run whose median forward is this much faster or slower than its calibration's

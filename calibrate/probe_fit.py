@@ -9,7 +9,7 @@ from typing import Any
 from analysis.records import RunRecord, read_run
 from calibrate.fit import FitResult, Observed, Steps, Window, dump_profile, fit_steps, write_profile
 from calibrate.gates import guard
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 from simulator.cost_model import BatchShape, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 

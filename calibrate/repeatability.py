@@ -27,8 +27,8 @@ from analysis.metrics import run_metrics
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
 from calibrate.decode_load import measure
+from foundation.errors import ServetwinError
 from live.priority import realtime_client
-from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 
 METRICS = ("ttft_p50", "e2e_p50", "tpot_p50")

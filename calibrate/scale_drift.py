@@ -36,7 +36,7 @@ import yaml
 from analysis.stats import geomean
 from analysis.tables import print_table
 from calibrate.twin_live import CONFIGS
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 SCALES = ("decode_scale", "prefill_scale")
 FAMILY = {"vllm": "vllm-v1", "sglang": "sglang"}

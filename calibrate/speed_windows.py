@@ -23,7 +23,7 @@ import pandas as pd
 from analysis.tables import print_table
 from calibrate.host_speed import decode_steps, served
 from calibrate.twin_live import CONFIGS, ORDER
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 MIN_FORWARDS = 10      # forwards a window needs to be shown
 MIN_FIT = 20           # calibration forwards the pricing needs

@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from analysis.records import RunRecord, read_run
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 
 def read_events(prefix: str | Path) -> list[dict[str, Any]]:

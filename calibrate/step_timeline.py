@@ -41,7 +41,7 @@ from calibrate.compare import twin
 from calibrate.engine_steps import priced, sglang_cost
 from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
 from calibrate.twin_args import CALIBRATIONS, calibrated_path
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 PARTS = ("wait", "prefill", "after", "ttft")
 

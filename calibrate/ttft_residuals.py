@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 CAP = 3          # concurrency bins 0, 1, 2 and 3 or more
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 # the held-out twin's calibrations (calibrate.twin_study), the default first: its engine's calibration traces
 # pooled (docs/twin-study.md, "What it runs"), or each instance's own

@@ -33,7 +33,7 @@ from scipy import stats as sps
 from analysis.tables import to_markdown
 from calibrate.twin_tables import cpu_name
 from calibrate.twin_targets import ENGINE_TOLERANCE, GAP_TOLERANCE, PHI_TOLERANCE, TARGETS_FILE
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 KEY = ["cell", "target", "what"]
 

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from calibrate.probes import ProbePlan, probe
+from foundation.errors import ServetwinError
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
 from scenarios.compiler import build_trace, compile_trace
-from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from scenarios.trace import Trace
 

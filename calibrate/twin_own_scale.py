@@ -50,7 +50,7 @@ from calibrate.compare import side_by_side, twin, twin_dir
 from calibrate.decode_load import DecodeScale, measure, overhead_family, write_scaled
 from calibrate.twin_live import start_unix
 from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 MODEL = "tiny-llama"
 

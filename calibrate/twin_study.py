@@ -91,9 +91,9 @@ from calibrate.twin_steplog import (
 )
 from calibrate.twin_tables import client_table, fit_table, host_cpus, keeps_pace_table, serving_order
 from calibrate.twin_targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
+from foundation.errors import ServetwinError
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
-from scenarios.errors import ServetwinError
 from scenarios.spec import scenario_from_dict
 from simulator.capacity import capacity_search
 from simulator.profiles import load_hardware

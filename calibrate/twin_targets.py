@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.records import find_runs, read_run
 from calibrate.compare import decomposition as phi_table
 from calibrate.compare import gap_comparison, side_by_side
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
          "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}

@@ -33,8 +33,8 @@ from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import twin
 from calibrate.ttft_residuals import in_flight
+from foundation.errors import ServetwinError
 from live.vllm_steplog import read_steps
-from scenarios.errors import ServetwinError
 from simulator.profiles import HardwareProfile
 
 MATCH_S = 0.100          # a first token reaches the client at most this long after its step's log line

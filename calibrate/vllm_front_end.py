@@ -38,8 +38,8 @@ from analysis.records import RunRecord, read_run
 from calibrate.decode_load import overhead_family
 from calibrate.fit import with_params
 from calibrate.vllm_admission import SLACK_S, split_ttft, twin_split
+from foundation.errors import ServetwinError
 from live.vllm_steplog import read_steps
-from scenarios.errors import ServetwinError
 from simulator.profiles import HardwareProfile, load_hardware
 
 GRID_S = tuple(round(0.0001 * k, 6) for k in range(0, 41))     # 0 to 4 ms per step, 0.1 ms apart

@@ -28,11 +28,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.records import read_run
+from foundation.errors import SpecError
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
 from scenarios.compiler import compile_trace
-from scenarios.errors import SpecError
 from scenarios.spec import format_validation_error, load_scenario, load_yaml
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
+from foundation.errors import ServetwinError
 from live.vllm_steplog import logging_config
-from scenarios.errors import ServetwinError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.records import RunRecord, default_exclusion, write_run
+from foundation.errors import ServetwinError
 from live import config_capture as cc
 from live import host
 from live import telemetry as tm
 from live.dispatcher import DispatchConfig, Replay
 from live.priority import client_scheduling
 from live.records import JsonlSink, read_jsonl
-from scenarios.errors import ServetwinError
 from scenarios.trace import Trace
 
 PASS_FRACTION = 0.95
@@ -242,7 +242,7 @@ def _versions() -> dict[str, str]:
 
 def run_live(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: str | Path) -> RunRecord:
     """Run and write the RunRecord (also on Ctrl-C: the record then says status 'interrupted')."""
-    from scenarios.outputs import check_out
+    from foundation.outputs import check_out
     out = check_out(out, "run")
     journal = out.parent / f".{out.name}.live" / "requests.jsonl"
     if journal.exists():

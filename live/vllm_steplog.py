@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 STAT_LOGGER = "vllm.v1.metrics.loggers"      # the logger that writes "Iteration(…)" lines
 LINE = re.compile(r"^(?P<t>\d+\.\d+) .*Iteration\((?P<iteration>\d+)\): (?P<ctx_requests>\d+) context requests, "

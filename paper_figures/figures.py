@@ -136,7 +136,7 @@ def ttft_cdf(runs: list[RunRecord], out: Path) -> Path:
 def headline_figures(runs: list[RunRecord], out: Path) -> list[Path]:
     """Every figure the given runs allow; the others are listed in out/MISSING.txt with what they need.
     Drawn into a temporary sibling that replaces ``out`` when complete (``out`` new, empty or figures)."""
-    from scenarios.outputs import staged_dir
+    from foundation.outputs import staged_dir
     final = out
     with staged_dir(final, "figures") as out:
         made, missing = _draw_all(runs, out)

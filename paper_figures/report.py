@@ -14,8 +14,8 @@ import pandas as pd
 from analysis.records import RunRecord
 from analysis.redact import redact
 from analysis.tables import all_tables
+from foundation.outputs import write_file
 from paper_figures.figures import headline_figures
-from scenarios.outputs import write_file
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
          "table{border-collapse:collapse;font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;"

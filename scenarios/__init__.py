@@ -1,7 +1,7 @@
 """What is run: scenario specs, the seeded trace compiler, the trace format and its validator."""
 
+from foundation.errors import ServetwinError, SpecError, TraceError
 from scenarios.compiler import compile_trace
-from scenarios.errors import ServetwinError, SpecError, TraceError
 from scenarios.spec import Scenario, load_scenario, scenario_from_dict
 from scenarios.trace import Trace, read_trace, write_trace
 from scenarios.validate import validate_trace

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation.errors import SpecError, TraceError
 from scenarios.arrivals import arrival_times
-from scenarios.errors import SpecError, TraceError
 from scenarios.limits import check_size
 from scenarios.prompts import TokenSampler, distinct_rows
 from scenarios.spec import Scenario

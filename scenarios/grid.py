@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 from scenarios.spec import Scenario, format_validation_error, load_yaml, scenario_from_dict
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 from scenarios.spec import Chain, FanOut, Scenario
 from scenarios.topology import chain_shape, fanout_shape
 

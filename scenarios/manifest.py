@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scenarios.errors import TraceError
+from foundation.errors import TraceError
 
 _NUM = (int, float)
 

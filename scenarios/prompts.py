@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 from scenarios.spec import Prompts
 
 

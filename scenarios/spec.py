@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 
 ROLES = ("planner", "worker", "aggregator", "turn")
 

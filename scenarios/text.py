@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 MAX_ITER = 200
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios.errors import TraceError
+from foundation.errors import TraceError
 from scenarios.manifest import check_manifest
 
 FORMAT_VERSION = 2          # 2: the manifest's own fields are sealed by digests['manifest']
@@ -157,7 +157,7 @@ def seal(trace: Trace) -> dict[str, bytes]:
 def write_trace(trace: Trace, out: str | Path, inputs: tuple[str | Path, ...] = ()) -> Path:
     """Seal and write atomically (a complete trace appears at ``out`` or nothing changes there).
     Byte-identical for identical inputs."""
-    from scenarios.outputs import staged_dir
+    from foundation.outputs import staged_dir
     data = seal(trace)
     with staged_dir(out, "trace", inputs) as tmp:
         for name, b in data.items():

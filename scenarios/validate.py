@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scenarios.errors import TraceError
+from foundation.errors import TraceError
 from scenarios.prompts import row_keys
 from scenarios.trace import SRC_POOL, SRC_PREFIX, Trace, prefix_digest, read_trace
 

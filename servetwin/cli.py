@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 
 def _add_engine_args(p: argparse.ArgumentParser, engine_required: bool = True) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scenarios.errors import ServetwinError, SpecError
+from foundation.errors import ServetwinError, SpecError
 
 
 def _scenario(path: str, seed: int | None, sets: list[str] | None = None) -> Any:
@@ -84,7 +84,7 @@ def cmd_trace_show(a: argparse.Namespace) -> int:
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
-    from scenarios.errors import SpecError
+    from foundation.errors import SpecError
     if text is None:
         return None
     lo, sep, hi = text.partition(":")
@@ -98,9 +98,9 @@ def _window(text: str | None) -> tuple[float, float] | None:
 
 
 def cmd_trace_import(a: argparse.Namespace) -> int:
-    from scenarios.errors import SpecError
+    from foundation.errors import SpecError
+    from foundation.outputs import check_out
     from scenarios.importers import ImportOptions, import_trace
-    from scenarios.outputs import check_out
     if a.sample is not None and a.sample < 1:
         raise SpecError(f"--sample {a.sample}: expected a number of requests >= 1")
     if a.max_len is not None and a.max_len < 2:
@@ -132,7 +132,7 @@ def _trace_for(a: argparse.Namespace) -> Any:
 
 def cmd_simulate(a: argparse.Namespace) -> int:
     from analysis.records import write_run
-    from scenarios.outputs import check_out
+    from foundation.outputs import check_out
     from simulator import simulate
     from simulator.presets import parse_overrides
     inputs = _inputs(a)
@@ -187,8 +187,8 @@ def _progress(label: str):  # type: ignore[no-untyped-def]
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
+    from foundation.outputs import mark_dir
     from scenarios.grid import cells, load_grid
-    from scenarios.outputs import mark_dir
     from simulator.sweep import pending, run_cells
     g = load_grid(a.grid)
     cs = cells(g, 1 / 3 if a.quick else 1.0)
@@ -365,7 +365,7 @@ def _first_model(endpoint: str) -> str:
 def cmd_calibrate_probe(a: argparse.Namespace) -> int:
     from calibrate.gates import LAG_SUSPECT_S
     from calibrate.probes import ProbePlan, probe
-    from scenarios.outputs import check_out
+    from foundation.outputs import check_out
     plan = ProbePlan.chunking(a.repeats) if a.chunking else ProbePlan(repeats=a.repeats)
     plan.vocab = (a.vocab[0], a.vocab[1])
     check_out(a.out, "run")
@@ -386,7 +386,7 @@ def cmd_calibrate_probe(a: argparse.Namespace) -> int:
 
 def cmd_calibrate_fit(a: argparse.Namespace) -> int:
     from calibrate.probe_fit import fit_probes
-    from scenarios.outputs import check_out
+    from foundation.outputs import check_out
     check_out(a.out, "profile", a.probes)
     res, obs = fit_probes(a.probes, a.engine, a.model, a.base, a.out, a.accept_poor_fit)
     print(f"wrote {a.out}: R² {res.r2:.4f}, MAPE {res.mape:.1%} over {len(obs)} probe shapes")
@@ -421,7 +421,7 @@ def cmd_twin_study(a: argparse.Namespace) -> int:
 def cmd_compare(a: argparse.Namespace) -> int:
     from analysis.tables import to_markdown
     from calibrate.compare import compare
-    from scenarios.outputs import check_out, mark_dir
+    from foundation.outputs import check_out, mark_dir
     check_out(a.sim_runs, "runs", a.live_runs)
     if a.figures:
         check_out(a.figures, "figures", [*a.live_runs, a.sim_runs])
@@ -448,8 +448,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 
 def cmd_figures(a: argparse.Namespace) -> int:
+    from foundation.outputs import check_out
     from paper_figures.figures import headline_figures
-    from scenarios.outputs import check_out
     check_out(a.out, "figures", a.runs)
     made = headline_figures(_load(a.runs), Path(a.out))
     missing = (Path(a.out) / "MISSING.txt").read_text().strip()
@@ -458,15 +458,15 @@ def cmd_figures(a: argparse.Namespace) -> int:
 
 
 def cmd_paper(a: argparse.Namespace) -> int:
-    from scenarios.outputs import mark_dir
+    from foundation.outputs import mark_dir
     from servetwin.paper import run_paper
     mark_dir(a.out, "paper")
     return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    from foundation.outputs import check_out
     from paper_figures.report import build_report
-    from scenarios.outputs import check_out
     check_out(a.out, "report", a.runs)
     out = build_report(_load(a.runs), a.out, a.title)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")

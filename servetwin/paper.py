@@ -9,8 +9,8 @@ from pathlib import Path
 
 from analysis.records import find_runs, read_run
 from analysis.tables import all_tables, to_markdown
+from foundation.outputs import atomic_text
 from scenarios.grid import cells, load_grid
-from scenarios.outputs import atomic_text
 from simulator.sweep import pending, run_cells
 
 GRIDS = Path(__file__).resolve().parent.parent / "scenarios" / "grids"

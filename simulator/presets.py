@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 from scenarios.spec import format_validation_error
 from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
 from simulator.profiles import GIB, HardwareProfile, ModelProfile

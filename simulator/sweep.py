@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.records import RecordError, read_meta, write_run
+from foundation.errors import ServetwinError
 from scenarios.compiler import compile_trace
-from scenarios.errors import ServetwinError
 from scenarios.grid import Cell
 from scenarios.trace import read_trace
 from simulator.presets import resolve

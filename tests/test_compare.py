@@ -314,7 +314,7 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     import yaml
 
     from calibrate.twin_study import INSTANCE_COLUMN, POOLED_COLUMN, calibrate_instances, summarise
-    from scenarios.errors import ServetwinError
+    from foundation.errors import ServetwinError
     _fake_study(tmp_path, calibrated_apart={"vllm-c512": 1.5})
     cal = calibrate_instances(tmp_path)
     table = cal.scales.set_index("config")
@@ -484,7 +484,7 @@ def test_tracking_twin_scales_each_run_by_the_run_its_instance_served_before(tmp
     first the calibration's; a run without a measurable scale passes the last measured one on."""
     from calibrate.decode_load import DecodeScale
     from calibrate.twin_own_scale import RunScale, tracking
-    from scenarios.errors import ServetwinError
+    from foundation.errors import ServetwinError
 
     def run(name: str, start: float | None, scale: float | None) -> RunScale:
         meta = {"run_window": {"start_s": 0.0, **({"start_unix": start} if start is not None else {})}}
@@ -526,7 +526,7 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
 def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
     from calibrate.twin_study import main
     from calibrate.twin_targets import repeat_checks
-    from scenarios.errors import ServetwinError
+    from foundation.errors import ServetwinError
     from servetwin.cli import main as servetwin_main
     _fake_study(tmp_path / "study")
     _fake_study(tmp_path / "other", duration=20.0)          # same seeds, other traces

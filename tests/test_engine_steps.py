@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from calibrate.engine_steps import main, priced, read_forwards, shape, summary
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 from simulator.cost_model import CostModel
 from simulator.profiles import load_hardware, load_model
 

@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RANK = {"scenarios": 0, "analysis": 1, "simulator": 2, "live": 3, "paper_figures": 3, "calibrate": 4,
+RANK = {"foundation": -1, "scenarios": 0, "analysis": 1, "simulator": 2, "live": 3, "paper_figures": 3, "calibrate": 4,
         "servetwin": 5}
 
 
@@ -36,6 +36,8 @@ def test_the_simulator_and_figures_keep_to_their_layers():
     imports = _imports()
     sim = {n for mod, names in imports.items() if mod.startswith("simulator") for n in names}
     assert not any(n.startswith(("analysis.metrics", "analysis.tables", "servetwin")) for n in sim), sim
+    rec = imports["analysis.records"]
+    assert not any(n.startswith("scenarios") for n in rec), rec     # the record contract stands on foundation
     figs = {n for mod, names in imports.items() if mod.startswith("paper_figures") for n in names}
     assert not any(n.startswith("simulator") for n in figs), figs          # figures never simulate
 

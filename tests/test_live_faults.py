@@ -152,7 +152,7 @@ def _reset(handler):  # type: ignore[no-untyped-def]
 def test_prefix_cache_reset_retries_a_held_block_and_refuses_an_engine_without_one():
     import pytest
 
-    from scenarios.errors import ServetwinError
+    from foundation.errors import ServetwinError
     calls: list[str] = []
 
     def vllm_busy_once(req: httpx.Request) -> httpx.Response:

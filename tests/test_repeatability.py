@@ -15,7 +15,7 @@ import pytest
 import calibrate.twin_live as tl
 from analysis.metrics import run_metrics
 from calibrate.repeatability import main, repeat_table, serve_repeats, spread
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 from simulator.simulate import simulate
 
 

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from analysis.records import read_run, write_run
+from foundation.errors import SpecError
 from scenarios import compile_trace
-from scenarios.errors import SpecError
 from simulator import simulate
 from tests.conftest import small_scenario
 from tests.helpers import assert_dependants_sent_when_ready, constant_hardware, single_request_trace

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from calibrate.speed_windows import main, table
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 from tests.helpers import VLLM_T0
 
 

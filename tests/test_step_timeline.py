@@ -16,8 +16,8 @@ from calibrate.engine_steps import shape
 from calibrate.step_log import live_window, path_latencies, read_events, with_processing
 from calibrate.step_timeline import main, paired, per_request, study_table
 from calibrate.twin_live import scenario
+from foundation.errors import ServetwinError
 from scenarios import compile_trace, scenario_from_dict
-from scenarios.errors import ServetwinError
 from simulator import simulate
 from simulator.cost_model import CostModel
 from simulator.profiles import load_hardware, load_model

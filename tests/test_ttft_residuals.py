@@ -9,8 +9,8 @@ import pytest
 
 from calibrate.ttft_residuals import by_concurrency, main, residuals
 from calibrate.twin_study import scenario
+from foundation.errors import ServetwinError
 from scenarios import compile_trace, scenario_from_dict
-from scenarios.errors import ServetwinError
 from simulator import simulate
 from simulator.profiles import load_hardware
 

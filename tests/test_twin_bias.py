@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from calibrate.twin_bias import main, study_bias
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 CELLS = {"knee": 0.5, "conditions": [[0.36, 0.9], [0.66, 0.9]]}
 

@@ -185,7 +185,7 @@ def test_an_instances_calibration_traces_are_read_in_the_order_it_served_them(tm
     """One trace per cell (read in served order, not by name), a study recorded before with its single
     ``seed-0`` trace read as well, a closing trace beside it left alone, and a record without its start
     time refused by name."""
-    from scenarios.errors import ServetwinError
+    from foundation.errors import ServetwinError
 
     def record(where: Path, start: float | None) -> None:
         where.mkdir(parents=True)

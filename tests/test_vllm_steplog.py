@@ -12,9 +12,9 @@ import pytest
 
 from analysis.records import RunRecord
 from calibrate.vllm_admission import QUEUE_BINS, STREAM_BINS, binned, main, split_ttft, with_twin
+from foundation.errors import ServetwinError
 from live.local_engine import VllmCpu
 from live.vllm_steplog import read_steps
-from scenarios.errors import ServetwinError
 from tests.helpers import VLLM_T0, vllm_line, vllm_step_log
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 
 
 class TraceImportError(SpecError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios.errors import SpecError
+from foundation.errors import SpecError
 from scenarios.spec import load_yaml
 
 HERE = Path(__file__).parent

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from scenarios.errors import ServetwinError
+from foundation.errors import ServetwinError
 
 MARKER = ".servetwin-output"          # a JSON file {"kind": …} in directories that hold no manifest of their own
 FILE_TAG = "servetwin:"               # files: written on their first line (a YAML comment, an HTML comment)
