@@ -3,6 +3,7 @@ FROM python:3.11-slim
 RUN useradd --create-home --uid 1000 servetwin
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY foundation foundation
 COPY servetwin servetwin
 COPY scenarios scenarios
 COPY simulator simulator
