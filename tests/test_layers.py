@@ -58,3 +58,10 @@ def test_no_module_cycles_within_a_package():
     for m in sorted(graph):
         if m not in state:
             visit(m, [])
+
+
+def test_the_image_and_the_distribution_carry_every_package():
+    docker = (ROOT / "Dockerfile").read_text()
+    toml = (ROOT / "pyproject.toml").read_text()
+    for pkg in RANK:
+        assert f"COPY {pkg} {pkg}" in docker and f'"{pkg}*"' in toml, pkg
