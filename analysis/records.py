@@ -30,6 +30,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "output_tokens": "int64", "prompt_tokens": "int64", "cached_tokens": "float64",
     "ok": "bool", "error": "object",
 }
+OPTIONAL_REQUEST_COLUMNS: dict[str, str] = {"replica": "int64"}   # where a cluster served the run (-1: none)
 TELEMETRY_COLUMNS = ("t_s", "kv_usage", "waiting", "running", "preemptions",
                      "prefix_hit_tokens", "prefix_query_tokens")
 CHUNK_COLUMNS = ("request_id", "t_s", "tokens")
@@ -104,8 +105,9 @@ def _coerce_requests(df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in REQUEST_COLUMNS if c not in df.columns]
     if missing:
         raise RecordError(f"requests table lacks columns {missing}; needs {list(REQUEST_COLUMNS)}")
-    out = df[list(REQUEST_COLUMNS)].copy()
-    for c, dt in REQUEST_COLUMNS.items():
+    cols = {**REQUEST_COLUMNS, **{c: t for c, t in OPTIONAL_REQUEST_COLUMNS.items() if c in df.columns}}
+    out = df[list(cols)].copy()
+    for c, dt in cols.items():
         out[c] = out[c].astype(dt)
     out["error"] = out["error"].fillna("").astype(str)
     out["role"] = out["role"].astype(str)

@@ -10,7 +10,7 @@ from foundation.errors import SpecError, TraceError
 from scenarios.arrivals import arrival_times
 from scenarios.limits import check_size
 from scenarios.prompts import TokenSampler, distinct_rows
-from scenarios.spec import Scenario
+from scenarios.spec import Prompts, Scenario
 from scenarios.tools import draw_delays
 from scenarios.topology import ROLE_CAPS, DagShape, choose_shapes
 from scenarios.trace import (
@@ -24,7 +24,8 @@ from scenarios.trace import (
     write_trace,
 )
 
-LAYERS = {"arrivals": 0, "topology": 1, "tools": 2, "prefix": 3, "context": 4, "suffix": 5, "outputs": 6}
+LAYERS = {"arrivals": 0, "topology": 1, "tools": 2, "prefix": 3, "context": 4, "suffix": 5, "outputs": 6,
+          "groups": 7}
 
 
 def layer_rng(seed: int, layer: str) -> np.random.Generator:
@@ -68,7 +69,11 @@ def _prompt_arrays(sc: Scenario, b: _Builder, max_tokens: np.ndarray) -> dict[st
     sampler = TokenSampler(p)
     n, n_dags = len(b.dag), (b.dag[-1] + 1 if b.dag else 0)
     F, D, C = p.F, p.D, p.dag_context_tokens
-    prefix = sampler.draw(layer_rng(sc.seed, "prefix"), F)
+    K = p.prefix_groups
+    prefix = sampler.draw(layer_rng(sc.seed, "prefix"), F * K)
+    if K > 1:
+        prefix = _distinct_groups(prefix.reshape(K, F), sampler, layer_rng(sc.seed, "prefix")).reshape(-1)
+    group = _dag_groups(p, n_dags, layer_rng(sc.seed, "groups"))
     ctx = sampler.draw(layer_rng(sc.seed, "context"), (n_dags, C))
     suffix = distinct_rows(sampler.draw(layer_rng(sc.seed, "suffix"), (n, D)), sampler,
                            layer_rng(sc.seed, "suffix"))
@@ -83,7 +88,7 @@ def _prompt_arrays(sc: Scenario, b: _Builder, max_tokens: np.ndarray) -> dict[st
     offsets = [0]
     for i in range(n):
         if F:
-            segs.append((SRC_PREFIX, 0, F))
+            segs.append((SRC_PREFIX, int(group[b.dag[i]]) * F, F))
         if C:
             segs.append((SRC_POOL, b.dag[i] * C, C))
         for h in b.history[i]:
@@ -95,6 +100,22 @@ def _prompt_arrays(sc: Scenario, b: _Builder, max_tokens: np.ndarray) -> dict[st
     return {"prefix": prefix.astype(np.int32), "pool": pool,
             "segments": np.asarray(segs, dtype=np.int64).reshape(-1, 3),
             "seg_offsets": np.asarray(offsets, dtype=np.int64)}
+
+
+def _distinct_groups(rows: np.ndarray, sampler: TokenSampler, rng: np.random.Generator) -> np.ndarray:
+    if rows.shape[1] == 0:
+        return rows
+    return distinct_rows(rows, sampler, rng)
+
+
+def _dag_groups(p: Prompts, n_dags: int, rng: np.random.Generator) -> np.ndarray:
+    """Each DAG's prefix group: all 0 for one group (no draw, so one-group traces are unchanged);
+    otherwise a seeded draw with P(k) ∝ 1/(k+1)^s."""
+    K = p.prefix_groups
+    if K == 1:
+        return np.zeros(n_dags, dtype=np.int64)
+    w = 1.0 / np.arange(1, K + 1, dtype=np.float64) ** p.prefix_group_skew
+    return rng.choice(K, size=n_dags, p=w / w.sum()).astype(np.int64)
 
 
 def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -135,13 +156,20 @@ def _manifest(sc: Scenario, trace: Trace) -> dict:
     return {
         "format_version": FORMAT_VERSION, "scenario": sc.model_dump(mode="json"), "seed": sc.seed,
         "counts": {"dags": n_dags, "requests": trace.n_requests, "roles": counts},
-        "prompt_layout": {"prefix_tokens": sc.prompts.F, "suffix_tokens": sc.prompts.D,
-                          "dag_context_tokens": sc.prompts.dag_context_tokens},
+        "prompt_layout": _layout(sc),
         "target_sharing": sc.prompts.target_sharing, "achieved_sharing": achieved_sharing(trace),
         "offered_load_rps": trace.n_requests / max(n_dags, 1) * _rate(sc),
         "tool_delay_max_s": max(t.max_s for t in sc.tools.values()),
         "prefix_sha256": prefix_digest(trace.arrays["prefix"]),
     }
+
+
+def _layout(sc: Scenario) -> dict[str, int]:
+    p = sc.prompts
+    out = {"prefix_tokens": p.F, "suffix_tokens": p.D, "dag_context_tokens": p.dag_context_tokens}
+    if p.prefix_groups > 1:
+        out["prefix_groups"] = p.prefix_groups
+    return out
 
 
 def _rate(sc: Scenario) -> float:

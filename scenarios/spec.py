@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from foundation.errors import SpecError
 
@@ -101,9 +109,12 @@ Topology = Annotated[FanOut | Chain | Mix, Field(discriminator="kind")]
 
 
 class Prompts(_Frozen):
-    """L3: shared prefix of F tokens (one per run) + optional per-DAG context + unique suffix of D tokens.
+    """L3: shared prefix of F tokens + optional per-DAG context + unique suffix of D tokens.
 
     Give either (``length``, ``sharing``) = (L, σ) or (``prefix_tokens``, ``suffix_tokens``) = (F, D).
+    ``prefix_groups`` K > 1 draws K distinct shared prefixes of F tokens each; every DAG draws its group
+    (seeded; Zipf-skewed by ``prefix_group_skew``, 0 = uniform), so that where a DAG is served matters
+    behind a router. K = 1 (the default) is the study's one prefix per run, and its traces stay unchanged.
     """
 
     length: int | None = Field(None, ge=1, description="L = F + D")
@@ -114,6 +125,18 @@ class Prompts(_Frozen):
     vocab_low: int = Field(0, ge=0, description="smallest token id drawn")
     vocab_high: int = Field(128000, ge=1, description="one past the largest id drawn (special ids excluded)")
     exclude: tuple[int, ...] = Field((), description="further token ids never drawn")
+    prefix_groups: int = Field(1, ge=1, le=4096, description="K distinct shared prefixes; each DAG draws one")
+    prefix_group_skew: float = Field(0.0, ge=0, le=8, description="Zipf exponent s of the group draw "
+                                     "(P(k) ∝ 1/(k+1)^s); 0 = uniform")
+
+    @model_serializer(mode="wrap")
+    def _drop_default_groups(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """One prefix group is written as before groups existed, so existing traces keep their bytes."""
+        out = handler(self)
+        if self.prefix_groups == 1 and self.prefix_group_skew == 0:
+            out.pop("prefix_groups", None)
+            out.pop("prefix_group_skew", None)
+        return dict(out)
 
     @model_validator(mode="after")
     def _one_form(self) -> Prompts:

@@ -86,7 +86,23 @@ class Trace:
     def scenario(self) -> dict[str, Any]:
         return dict(self.manifest["scenario"])
 
+    @property
+    def prefix_groups(self) -> int:
+        """K: how many distinct shared prefixes the ``prefix`` array holds (each F tokens)."""
+        return int(self.manifest.get("prompt_layout", {}).get("prefix_groups", 1))
+
+    @property
+    def shared_prefix_len(self) -> int:
+        """F: the length of one shared prefix."""
+        return int(self.arrays["prefix"].size) // self.prefix_groups
+
     # --- per request -----------------------------------------------------------------------------
+    def prefix_group(self, i: int) -> int:
+        """The shared prefix request i starts with (0 where it has none)."""
+        src, start, _ = self.segments(i)[0] if self.segments(i).size else (SRC_POOL, 0, 0)
+        F = self.shared_prefix_len
+        return int(start) // F if src == SRC_PREFIX and F else 0
+
     def predecessors(self, i: int) -> np.ndarray:
         o = self.arrays["pred_offsets"]
         return self.arrays["pred_index"][o[i]:o[i + 1]]
@@ -132,11 +148,15 @@ class Trace:
 
 
 def achieved_sharing(trace: Trace) -> float:
-    """Mean over requests of F / (F + D_r), D_r the request's own suffix length."""
-    F = int(trace.arrays["prefix"].size)
+    """Mean over requests of F / (F + D_r), D_r the request's own suffix length (F its shared prefix's
+    length: 0 where the prompt does not start with one)."""
     segs, off = trace.arrays["segments"], trace.arrays["seg_offsets"]
     own = segs[off[1:] - 1, 2].astype(np.float64)
-    return float(np.mean(F / (F + own))) if own.size else 0.0
+    if not own.size:
+        return 0.0
+    first = segs[off[:-1]]
+    F = np.where(first[:, 0] == SRC_PREFIX, first[:, 2], 0).astype(np.float64)
+    return float(np.mean(F / (F + own)))
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:

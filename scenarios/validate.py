@@ -66,12 +66,34 @@ def check_sharing(t: Trace) -> None:
     if abs(got - target) > SIGMA_TOLERANCE:
         raise TraceError("sharing", f"achieved σ {got:.4f} is not within {SIGMA_TOLERANCE} of target {target}")
     segs, off = t.arrays["segments"], t.arrays["seg_offsets"]
-    F = t.arrays["prefix"].size
+    K, F = t.prefix_groups, t.shared_prefix_len
+    if F * K != t.arrays["prefix"].size:
+        raise TraceError("sharing", f"the prefix array holds {t.arrays['prefix'].size} tokens, not "
+                         f"{K} prefix group(s) of {F}")
     if F:
         first = segs[off[:-1]]
-        bad = np.flatnonzero((first[:, 0] != SRC_PREFIX) | (first[:, 2] != F))
+        bad = np.flatnonzero((first[:, 0] != SRC_PREFIX) | (first[:, 2] != F) | (first[:, 1] % F != 0))
         if bad.size:
-            raise TraceError("sharing", "prompt does not start with the whole shared prefix", int(bad[0]))
+            raise TraceError("sharing", "prompt does not start with one whole shared prefix", int(bad[0]))
+        _check_groups(t, first[:, 1] // F)
+
+
+def _check_groups(t: Trace, group: np.ndarray) -> None:
+    """Prefix groups: K distinct prefixes, and every request of a DAG starts with its DAG's one."""
+    K, F = t.prefix_groups, t.shared_prefix_len
+    if K == 1:
+        return
+    rows = t.arrays["prefix"].reshape(K, F)
+    if len(set(row_keys(rows))) < K:
+        raise TraceError("prefix-groups", f"the {K} shared prefixes are not all distinct")
+    dag = t.arrays["dag"]
+    first_of = np.full(int(dag.max()) + 1 if dag.size else 0, -1, dtype=np.int64)
+    for i in range(t.n_requests):
+        d = int(dag[i])
+        if first_of[d] < 0:
+            first_of[d] = group[i]
+        elif first_of[d] != group[i]:
+            raise TraceError("prefix-groups", f"DAG {d} spans prefix groups {first_of[d]} and {group[i]}", i)
 
 
 def check_suffixes(t: Trace) -> None:

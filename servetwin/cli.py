@@ -20,6 +20,15 @@ def _add_engine_args(p: argparse.ArgumentParser, engine_required: bool = True) -
     p.add_argument("--context", type=int, default=16384, help="context length (default 16384)")
 
 
+def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--replicas", type=int, default=1, help="replicas behind a router (default 1: one engine); "
+                   "--engine A,B,… gives each replica its own preset")
+    p.add_argument("--router", help="round_robin (default), random, least_outstanding, session, cache_aware "
+                   "(sglang-router's), scored (llm-d's weighted scorers)")
+    p.add_argument("--router-set", nargs="*", default=[], metavar="K=V", help="router settings by the router's "
+                   "own names, e.g. cache_threshold=0.5 balance_abs_threshold=32 latency_s=0.002")
+
+
 def _realtime_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--realtime-client", action="store_true",
                    help="run the client's event loop at real-time priority (SCHED_FIFO; root or CAP_SYS_NICE) "
@@ -87,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--chunks", action="store_true", help="record every token's emission time")
     p.add_argument("--timeout", type=float, default=300.0, help="client request timeout, s")
+    _add_cluster_args(p)
     p.set_defaults(fn=c.cmd_simulate)
 
     p = sub.add_parser("sweep", help="run every cell of a grid (resumable)")

@@ -138,11 +138,46 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     inputs = _inputs(a)
     check_out(a.out, "run", inputs)
     _warn_poor(a.hardware)
+    spec = _cluster_spec(a)
     trace = _trace_for(a)
-    rec = simulate(trace, a.engine, a.hardware, a.model, parse_overrides(a.set), a.context,
-                   timeout_s=a.timeout, record_tokens=a.chunks)
+    if spec is None:
+        rec = simulate(trace, a.engine, a.hardware, a.model, parse_overrides(a.set), a.context,
+                       timeout_s=a.timeout, record_tokens=a.chunks)
+    else:
+        from simulator.cluster_run import simulate_cluster
+        rec = simulate_cluster(trace, spec, a.hardware, a.model, a.context, timeout_s=a.timeout,
+                               record_tokens=a.chunks)
     write_run(rec, a.out, inputs=inputs)
-    return _run_summary(rec, a.out)
+    code = _run_summary(rec, a.out)
+    if spec is not None:
+        _cluster_summary(rec)
+    return code
+
+
+def _cluster_spec(a: argparse.Namespace) -> Any:
+    """The cluster the flags ask for, or None for one engine (``--replicas 1`` without ``--router``)."""
+    from foundation.errors import SpecError
+    from simulator.cluster import ClusterSpec
+    from simulator.presets import parse_overrides
+    engines = tuple(e.strip() for e in a.engine.split(",") if e.strip())
+    n = a.replicas
+    if n < 1:
+        raise SpecError(f"--replicas {n}: expected a whole number ≥ 1")
+    if len(engines) not in (1, n):
+        raise SpecError(f"--engine {a.engine}: {len(engines)} presets for {n} replicas; give one, or one per replica")
+    if n == 1 and a.router is None and not a.router_set:
+        return None
+    settings = parse_overrides(a.router_set, "--router-set")
+    return ClusterSpec(engines * n if len(engines) == 1 else engines, a.router or "round_robin",
+                       tuple(sorted(settings.items())), tuple(sorted(parse_overrides(a.set).items())))
+
+
+def _cluster_summary(rec: Any) -> None:
+    cl = rec.meta["cluster"]
+    served = rec.requests["replica"].value_counts().reindex(range(cl["replicas"]), fill_value=0).tolist()
+    hits = ", ".join(f"{p['prefix_hit_fraction']:.2f}" for p in cl["per_replica"])
+    print(f"  {cl['replicas']} replicas behind {cl['router']}: requests per replica {served}; prefix-hit fraction "
+          f"per replica {hits} (all {rec.meta['telemetry_summary']['prefix_hit_fraction']:.3f})")
 
 
 def _inputs(a: argparse.Namespace) -> tuple[str, ...]:

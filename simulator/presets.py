@@ -25,13 +25,13 @@ PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any]]] = {
 }
 
 
-def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict[str, Any]:
     """``["k=v", …]`` → dict, values parsed as YAML scalars (true, 2048, 0.88, fcfs)."""
     import yaml
     out: dict[str, Any] = {}
     for it in items or []:
         if "=" not in it:
-            raise SpecError(f"--set {it!r}: expected key=value")
+            raise SpecError(f"{flag} {it!r}: expected key=value")
         k, v = it.split("=", 1)
         out[k.strip()] = yaml.safe_load(v) if v.strip() else None
     return out
