@@ -67,7 +67,7 @@ def check_sharing(t: Trace) -> None:
         raise TraceError("sharing", f"achieved σ {got:.4f} is not within {SIGMA_TOLERANCE} of target {target}")
     segs, off = t.arrays["segments"], t.arrays["seg_offsets"]
     K, F = t.prefix_groups, t.shared_prefix_len
-    if F * K != t.arrays["prefix"].size:
+    if t.arrays["prefix"].size != F * K:
         raise TraceError("sharing", f"the prefix array holds {t.arrays['prefix'].size} tokens, not "
                          f"{K} prefix group(s) of {F}")
     if F:

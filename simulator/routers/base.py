@@ -44,7 +44,9 @@ class View:
 
 class Router(Protocol):
     name: ClassVar[str]
-    params: RouterParams
+
+    @property
+    def params(self) -> RouterParams: ...
 
     def route(self, req: Request, view: View, now: float) -> int:
         """The replica index that serves ``req``."""
