@@ -35,6 +35,9 @@ def _config_key(rec: RunRecord) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+CLUSTER_COLUMNS = ("replicas", "router", "prefix_groups")
+
+
 def condition_of(rec: RunRecord) -> dict[str, Any]:
     """The condition's parameters from the run's scenario: rate (DAG/s), σ, L, duration, hardware."""
     sc = rec.meta.get("scenario") or {}
@@ -42,8 +45,11 @@ def condition_of(rec: RunRecord) -> dict[str, Any]:
     f, d = pr.get("prefix_tokens"), pr.get("suffix_tokens")
     sigma = pr.get("sharing") if pr.get("sharing") is not None else (f / (f + d) if f is not None and d else None)
     length = pr.get("length") if pr.get("length") is not None else ((f or 0) + (d or 0) or None)
+    cl = rec.meta.get("cluster") or {}
     return {"rate": (sc.get("arrivals") or {}).get("rate"), "sigma": sigma, "length": length,
-            "duration": sc.get("duration_s"), "hw": rec.meta.get("hardware")}
+            "duration": sc.get("duration_s"), "hw": rec.meta.get("hardware"),
+            "replicas": int(cl.get("replicas", 1)), "router": cl.get("router", "none"),
+            "prefix_groups": int(pr.get("prefix_groups", 1))}
 
 
 def run_table(runs: list[RunRecord]) -> pd.DataFrame:
@@ -120,7 +126,7 @@ def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
             gap = paired_gap(xy[0].to_numpy(), xy[1].to_numpy())
             rows.append({"condition": cond, "arm": arm, "pair": f"{a['config'].iloc[0]}/{b['config'].iloc[0]}",
                          "rate": a["rate"].iloc[0], "sigma": a["sigma"].iloc[0], "duration": a["duration"].iloc[0],
-                         "metric": m, "gap": gap.ratio, "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
+                         **{k: a[k].iloc[0] for k in CLUSTER_COLUMNS if k in a}, "metric": m, "gap": gap.ratio, "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
                          "significant": gap.significant, "n": gap.n})
     return pd.DataFrame(rows)
 

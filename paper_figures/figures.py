@@ -157,7 +157,8 @@ def _draw_all(runs: list[RunRecord], out: Path) -> tuple[list[Path], list[str]]:
                ("gaps_vs_rate", lambda: sf.gaps_vs(gaps, "rate", out, "gaps_vs_rate", "arrival rate λ (DAG/s)")),
                ("gap_vs_run_length", lambda: sf.gaps_vs(gaps, "duration", out, "gap_vs_run_length",
                                                         "run length T (s)")),
-               ("gap_by_arm", lambda: sf.gap_by_arm(gaps, out))]
+               ("gap_by_arm", lambda: sf.gap_by_arm(gaps, out)),
+               ("gap_vs_replicas", lambda: sf.gap_vs_replicas(gaps, out))]
     for name, make in makers:
         try:
             made.append(make())

@@ -149,6 +149,7 @@ def gaps_vs(gaps: pd.DataFrame, x: str, out: Path, name: str, xlabel: str) -> Pa
     if not g.empty:
         # the study's rate sweep changes the run length with the rate, so only σ is held for rate
         others = ["sigma"] if x == "rate" else [c for c in ("rate", "sigma") if c != x]
+        others += [c for c in ("replicas", "router", "prefix_groups") if c in g and c != x]
         sizes = g.groupby(others, dropna=False)[x].transform("nunique")
         g = g[sizes >= 2]
     if g.empty or g[x].nunique() < 2:
@@ -194,3 +195,35 @@ def gap_by_arm(gaps: pd.DataFrame, out: Path) -> Path:
     ax.legend(fontsize=7)
     return save(fig, out / "gap_by_arm.png")
 
+
+
+ROUTER_STYLE = {"round_robin": ("#7f7f7f", "o"), "least_outstanding": ("#e08e0b", "s"),
+                "cache_aware": ("#6a3d9a", "^"), "session": ("#17becf", "D"), "random": ("#8c564b", "v"),
+                "scored": ("#2ca02c", "P")}
+
+
+def gap_vs_replicas(gaps: pd.DataFrame, out: Path) -> Path:
+    """Scaling: the TTFT gap against the replica count, a line per router, a panel per prefix-group count."""
+    need = {"replicas", "router", "prefix_groups"}
+    g = gaps[gaps["metric"].isin(["ttft_p50", "ttft_p95"])] if not gaps.empty and need <= set(gaps) else gaps
+    if g.empty or not need <= set(g) or g["replicas"].nunique() < 2:
+        raise MissingRuns("gap vs replicas needs paired gaps at two or more replica counts (scenarios/grids/"
+                          "scaling.yaml)")
+    panels = sorted(g["prefix_groups"].unique())
+    fig, axes = new(4.4 * len(panels), 3.6, ncols=len(panels))
+    for ax, k in zip(axes[0], panels, strict=True):
+        for (router, metric), gr in g[g["prefix_groups"] == k].groupby(["router", "metric"], sort=True):
+            gr = gr.sort_values("replicas")
+            err = [gr["gap"] - gr["ci_lo"].fillna(gr["gap"]), gr["ci_hi"].fillna(gr["gap"]) - gr["gap"]]
+            col, mark = ROUTER_STYLE.get(str(router), ("#3c8d2f", "o"))
+            ax.errorbar(gr["replicas"], gr["gap"], yerr=err, marker=mark, capsize=3, color=col,
+                        ls="-" if metric == "ttft_p50" else "--", alpha=1.0 if metric == "ttft_p50" else 0.5,
+                        label=f"{router}, {metric.replace('_', ' ')}")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{k} prefix group{'s' if k != 1 else ''}")
+        ax.set_xlabel("replicas (load per replica fixed)")
+    axes[0][0].set_ylabel("paired TTFT gap, first ÷ second config (log, 95% CI)")
+    axes[0][0].legend(fontsize=6)
+    return save(fig, out / "gap_vs_replicas.png")

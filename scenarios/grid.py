@@ -12,6 +12,8 @@ conditions:             # explicit, each a set of dotted-path overrides …
   - {name: mooncake, trace: traces/mooncake}   # … or a trace directory (servetwin trace import), run once
 sweep:                  # … and/or a cross product of dotted paths (names generated)
   prompts.sharing: [0, 0.3]
+  replicas: [1, 4]      # cluster keys: replicas, router, router_set.<setting> (servetwin simulate --replicas …)
+  router: [round_robin, cache_aware]
 arms:                   # named arms; each maps configuration names to an engine preset + overrides
   defaults:
     vllm: {engine: vllm-0.6.3, set: {enable_prefix_caching: true}}
@@ -61,6 +63,17 @@ class GridSpec(_F):
     conditions: tuple[Condition, ...] = ()
     sweep: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
     arms: dict[str, dict[str, ConfigSpec]] = Field(min_length=1)
+    scale_with_replicas: tuple[str, ...] = Field((), description="scenario paths (e.g. arrivals.rate) multiplied "
+                                                 "by each cell's replica count: the load per replica stays put")
+
+
+CLUSTER_KEYS = ("replicas", "router")         # condition keys that set the cluster, not the scenario
+
+
+def split_cluster(sets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A condition's sets → (scenario paths, cluster keys: replicas, router, router_set.<k>)."""
+    scen = {k: v for k, v in sets.items() if k not in CLUSTER_KEYS and not k.startswith("router_set.")}
+    return scen, {k: v for k, v in sets.items() if k not in scen}
 
 
 class Cell(BaseModel):
@@ -79,6 +92,13 @@ class Cell(BaseModel):
     hardware: str
     model: str
     context: int
+    replicas: int = 1
+    router: str | None = None
+    router_settings: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.replicas > 1 or self.router is not None
 
     @property
     def key(self) -> str:
@@ -151,7 +171,9 @@ def cells(g: GridSpec, duration_scale: float = 1.0) -> list[Cell]:
         if cond.trace is not None:
             out.extend(_trace_cells(g, cond))
             continue
-        sc = apply_sets(g.base, cond.set)
+        scen_sets, cl = split_cluster(cond.set)
+        cluster = _cluster_fields(g, cond, cl)
+        sc = _scaled(g, apply_sets(g.base, scen_sets), cluster["replicas"], cond)
         sc.setdefault("name", cond.name)
         sc["name"] = cond.name
         if duration_scale != 1.0:
@@ -165,8 +187,33 @@ def cells(g: GridSpec, duration_scale: float = 1.0) -> list[Cell]:
                     out.append(Cell(grid=g.name, condition=cond.name, arm=arm, config=cname, config_index=idx,
                                     seed=seed, scenario={**sc, "seed": seed}, engine=cs.engine,
                                     overrides=dict(cs.set), hardware=cs.hardware or g.hardware,
-                                    model=cs.model or g.model, context=cs.context or g.context))
+                                    model=cs.model or g.model, context=cs.context or g.context, **cluster))
     return out
+
+
+def _scaled(g: GridSpec, sc: dict[str, Any], replicas: int, cond: Condition) -> dict[str, Any]:
+    for path in g.scale_with_replicas:
+        cur: Any = sc
+        keys = path.split(".")
+        for k in keys[:-1]:
+            cur = cur.get(k) if isinstance(cur, dict) else None
+        v = cur.get(keys[-1]) if isinstance(cur, dict) else None
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise SpecError(f"grid {g.name} condition {cond.name}: scale_with_replicas {path}: the scenario sets no "
+                            "number there")
+        set_path(sc, path, v * replicas)
+    return sc
+
+
+def _cluster_fields(g: GridSpec, cond: Condition, cl: dict[str, Any]) -> dict[str, Any]:
+    n = cl.get("replicas", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SpecError(f"grid {g.name} condition {cond.name}: replicas {n!r}: expected a whole number ≥ 1")
+    router = cl.get("router")
+    if router is not None and not isinstance(router, str):
+        raise SpecError(f"grid {g.name} condition {cond.name}: router {router!r}: expected a router name")
+    settings = {k.split(".", 1)[1]: v for k, v in cl.items() if k.startswith("router_set.")}
+    return {"replicas": n, "router": router, "router_settings": settings}
 
 
 def _trace_cells(g: GridSpec, cond: Condition) -> list[Cell]:

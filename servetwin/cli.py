@@ -117,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pace", choices=["nominal", "realised"], default="nominal",
                    help="keeps pace against the nominal offered load, as the study defines it (default), or against "
                         "each run's realised load")
+    p.add_argument("--slo", nargs="+", metavar="METRIC=S", help="fleet sizing instead: the fewest replicas that keep "
+                   "pace at --rate and meet every objective (ttft_p50, ttft_p95, tpot_p50, e2e_p50; seconds, "
+                   "geometric mean over the seeds), per router")
+    p.add_argument("--rate", type=float, help="with --slo: the DAG rate to serve (default: the scenario's)")
+    p.add_argument("--routers", default="round_robin,least_outstanding,cache_aware",
+                   help="with --slo: routers to size for, comma-separated")
+    p.add_argument("--router-set", nargs="*", default=[], metavar="K=V", help="with --slo: router settings")
+    p.add_argument("--max-replicas", type=int, default=64, help="with --slo: the largest fleet tried")
     p.set_defaults(fn=c.cmd_capacity)
 
     p = sub.add_parser("analyze", help="the study's tables from runs")

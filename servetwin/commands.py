@@ -240,6 +240,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     from simulator.capacity import capacity_search
     from simulator.presets import parse_overrides
     sc = _scenario(a.scenario, None)
+    if a.slo:
+        return _size_fleet(a, sc)
     cap = capacity_search(sc, a.engine, a.hardware, a.model, parse_overrides(a.set), a.lo, a.hi, tuple(a.seeds),
                           context=a.context, pace=a.pace, measure=run_metrics, keeps_fraction=KEEPS_PACE)
     rule = ("geometric-mean X ≥ 0.97 × nominal offered load" if cap.pace == "nominal"
@@ -250,6 +252,62 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     print(f"{a.engine}: sustains at most X = {cap.saturated:.3f} requests/s (at {cap.saturated_rate:.4f} DAG/s; the "
           "search doubled the load past the knee until X rose by < 3 %)")
     return 0
+
+
+SLO_METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50")
+
+
+def _size_fleet(a: argparse.Namespace, sc: Any) -> int:
+    """``capacity --slo``: the fewest replicas per router, and the routers compared paired by seed there."""
+    from analysis.metrics import KEEPS_PACE, run_metrics
+    from foundation.errors import SpecError
+    from simulator.presets import parse_overrides
+    from simulator.sizing import size_fleet
+    slo = parse_overrides(a.slo, "--slo")
+    bad = [k for k, v in slo.items() if k not in SLO_METRICS or not isinstance(v, (int, float)) or v <= 0]
+    if bad:
+        raise SpecError(f"--slo {bad[0]}={slo[bad[0]]}: expected METRIC=SECONDS > 0 with METRIC one of "
+                        f"{', '.join(SLO_METRICS)}")
+    if a.max_replicas < 1:
+        raise SpecError(f"--max-replicas {a.max_replicas}: expected a whole number ≥ 1")
+    rate = a.rate if a.rate is not None else sc.arrivals.rate
+    routers = [r.strip() for r in a.routers.split(",") if r.strip()]
+    settings = parse_overrides(a.router_set, "--router-set")
+    out = []
+    for router in routers:
+        z = size_fleet(sc, rate, a.engine, router, slo, seeds=tuple(a.seeds), hardware=a.hardware, model=a.model,
+                       overrides=parse_overrides(a.set), router_settings=settings, context=a.context,
+                       max_replicas=a.max_replicas, measure=run_metrics, keeps_fraction=KEEPS_PACE)
+        out.append(z)
+        objective = ", ".join(f"{k} ≤ {v:g} s" for k, v in slo.items())
+        if z.replicas is None:
+            last = z.tried[max(z.tried)]
+            why = ", ".join(f"{k} {v:.3f} s" for k, v in last.values.items())
+            print(f"{a.engine} behind {router}: no fleet up to {a.max_replicas} replicas meets {objective} at {rate:g} "
+                  f"DAG/s (at {last.replicas}: {why}, {'keeps pace' if last.keeps else 'falls behind'})")
+            continue
+        t = z.tried[z.replicas]
+        got = ", ".join(f"{k} {v:.3f} s" for k, v in t.values.items())
+        tried = ", ".join(f"{n} {'meets' if tr.meets else 'misses'}" for n, tr in z.tried.items())
+        print(f"{a.engine} behind {router}: {z.replicas} replica(s) at {rate:g} DAG/s ({got}; seeds {a.seeds}); "
+              f"tried {tried}")
+    _compare_sizings(out, slo)
+    return 0
+
+
+def _compare_sizings(out: list[Any], slo: dict[str, float]) -> None:
+    """Routers paired by seed at a replica count every one of them tried."""
+    from analysis.stats import paired_gap
+    common = set.intersection(*(set(z.tried) for z in out)) if len(out) > 1 else set()
+    if not common:
+        return
+    n = max(common)
+    base = out[0]
+    for z in out[1:]:
+        for k in slo:
+            g = paired_gap(z.tried[n].per_seed[k], base.tried[n].per_seed[k])
+            print(f"  at {n} replicas, {k}: {z.router} ÷ {base.router} = {g.ratio:.3f} "
+                  f"(95% CI {g.lo:.3f}–{g.hi:.3f}, paired over {g.n} seeds)")
 
 
 def _load(paths: list[Any]) -> list[Any]:

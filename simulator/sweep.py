@@ -22,6 +22,8 @@ from foundation.errors import ServetwinError
 from scenarios.compiler import compile_trace
 from scenarios.grid import Cell
 from scenarios.trace import read_trace
+from simulator.cluster import ClusterSpec
+from simulator.cluster_run import simulate_cluster
 from simulator.presets import resolve
 from simulator.profiles import load_hardware, load_model
 from simulator.simulate import simulate
@@ -30,11 +32,19 @@ from simulator.simulate import simulate
 def run_cell(cell: Cell, out: str) -> str:
     """Simulate one cell and write its RunRecord atomically under out/<cell.key>. Returns the key."""
     trace = read_trace(cell.trace) if cell.trace else compile_trace(cell.scenario_model())
-    rec = simulate(trace, cell.engine, cell.hardware, cell.model, cell.overrides, cell.context)
+    if cell.is_cluster:
+        rec = simulate_cluster(trace, cluster_spec(cell), cell.hardware, cell.model, cell.context)
+    else:
+        rec = simulate(trace, cell.engine, cell.hardware, cell.model, cell.overrides, cell.context)
     rec.meta["labels"] = {"grid": cell.grid, "condition": cell.condition, "arm": cell.arm,
                           "config": cell.config, "config_index": cell.config_index}
     write_run(rec, Path(out) / cell.key)
     return cell.key
+
+
+def cluster_spec(cell: Cell) -> ClusterSpec:
+    return ClusterSpec((cell.engine,) * cell.replicas, cell.router or "round_robin",
+                       tuple(sorted(cell.router_settings.items())), tuple(sorted(cell.overrides.items())))
 
 
 def _expected(cell: Cell, digests: dict[str, str]) -> dict[str, Any]:
@@ -64,7 +74,15 @@ def is_complete(cell: Cell, out: str | Path, digests: dict[str, str] | None = No
         return False
     want = _expected(cell, {} if digests is None else digests)
     return (meta["trace_digest"] == want["trace_digest"] and meta["engine_config"] == want["engine_config"]
-            and float(meta["run_window"]["duration_s"]) == want["duration_s"])
+            and float(meta["run_window"]["duration_s"]) == want["duration_s"] and _same_cluster(cell, meta))
+
+
+def _same_cluster(cell: Cell, meta: dict[str, Any]) -> bool:
+    cl = meta.get("cluster")
+    if not cell.is_cluster:
+        return cl is None
+    return (cl is not None and cl["replicas"] == cell.replicas and cl["router"] == (cell.router or "round_robin")
+            and all(cl["router_settings"].get(k) == v for k, v in cell.router_settings.items()))
 
 
 def pending(cells: Iterable[Cell], out: str | Path) -> list[Cell]:
