@@ -178,3 +178,67 @@ def test_cli_cluster_run_and_bad_router(tmp_path):  # type: ignore[no-untyped-de
                                 str(tmp_path / "bad")], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "cache_threshold" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+# --- grids, sizing, figure ----------------------------------------------------------------------------------
+def _scaling_grid(tmp_path):  # type: ignore[no-untyped-def]
+    import yaml
+    g = {"name": "tiny-scaling", "seeds": [1, 2],
+         "base": {"duration_s": 240, "arrivals": {"rate": 0.15}, "prompts": {"length": 1024, "sharing": 0.9}},
+         "scale_with_replicas": ["arrivals.rate"],
+         "sweep": {"replicas": [1, 2], "router": ["round_robin", "cache_aware"], "prompts.prefix_groups": [2]},
+         "arms": {"defaults": {"vllm": {"engine": "vllm-0.6.3", "set": {"enable_prefix_caching": True}},
+                               "sglang": {"engine": "sglang-0.4.1"}}}}
+    f = tmp_path / "g.yaml"
+    f.write_text(yaml.safe_dump(g))
+    return f
+
+
+def test_grid_sweeps_replicas_and_routers_and_resumes(tmp_path):  # type: ignore[no-untyped-def]
+    from analysis.records import read_meta
+    from scenarios.grid import cells, load_grid
+    from simulator.sweep import pending, run_cells
+    cs = cells(load_grid(_scaling_grid(tmp_path)))
+    assert len(cs) == 2 * 2 * 2 * 2
+    two = next(c for c in cs if c.replicas == 2)
+    assert two.scenario["arrivals"]["rate"] == pytest.approx(0.30) and two.is_cluster
+    run_cells(cs, str(tmp_path / "runs"), jobs=1)
+    assert pending(cs, tmp_path / "runs") == []
+    meta = read_meta(tmp_path / "runs" / two.key)
+    assert meta["cluster"]["replicas"] == 2 and meta["cluster"]["router"] == two.router
+    from paper_figures.figures import headline_figures
+    from servetwin.commands import _load
+    made = headline_figures(_load([tmp_path / "runs"]), tmp_path / "figs")
+    assert any(p.name == "gap_vs_replicas.png" for p in made)
+
+
+def test_grid_refuses_a_bad_replica_count(tmp_path):  # type: ignore[no-untyped-def]
+    import yaml
+
+    from scenarios.grid import cells, load_grid
+    f = _scaling_grid(tmp_path)
+    g = yaml.safe_load(f.read_text())
+    g["sweep"]["replicas"] = [0]
+    f.write_text(yaml.safe_dump(g))
+    with pytest.raises(SpecError, match="replicas 0"):
+        cells(load_grid(f))
+
+
+def test_fleet_sizing_finds_the_fewest_replicas():  # type: ignore[no-untyped-def]
+    from analysis.metrics import KEEPS_PACE, run_metrics
+    from simulator.sizing import size_fleet
+    sc = small_scenario(duration_s=600, arrivals={"rate": 0.6}, prompts={"prefix_groups": 2})
+    z = size_fleet(sc, 0.6, "sglang-0.4.1", "round_robin", {"ttft_p95": 1.0}, seeds=(1, 2), max_replicas=8,
+                   measure=run_metrics, keeps_fraction=KEEPS_PACE)
+    assert z.replicas is not None
+    assert z.tried[z.replicas].meets
+    assert all(not t.meets for n, t in z.tried.items() if n < z.replicas)
+    if z.replicas > 1:
+        assert z.replicas - 1 in z.tried                            # bisected down to its neighbour
+
+
+def test_capacity_slo_refuses_an_unknown_metric(tmp_path):  # type: ignore[no-untyped-def]
+    r = subprocess.run([sys.executable, "-m", "servetwin.cli", "capacity", "--scenario",
+                        "scenarios/examples/rate-0.12.yaml", "--engine", "sglang-0.4.1", "--slo", "ttft_p99=2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "ttft_p50, ttft_p95" in r.stderr and len(r.stderr.strip().splitlines()) == 1
