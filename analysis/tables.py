@@ -126,7 +126,8 @@ def gap_table(rt: pd.DataFrame) -> pd.DataFrame:
             gap = paired_gap(xy[0].to_numpy(), xy[1].to_numpy())
             rows.append({"condition": cond, "arm": arm, "pair": f"{a['config'].iloc[0]}/{b['config'].iloc[0]}",
                          "rate": a["rate"].iloc[0], "sigma": a["sigma"].iloc[0], "duration": a["duration"].iloc[0],
-                         **{k: a[k].iloc[0] for k in CLUSTER_COLUMNS if k in a}, "metric": m, "gap": gap.ratio, "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
+                         **{k: a[k].iloc[0] for k in CLUSTER_COLUMNS if k in a}, "metric": m, "gap": gap.ratio,
+                         "ci_lo": gap.lo, "ci_hi": gap.hi, "p": gap.p_value,
                          "significant": gap.significant, "n": gap.n})
     return pd.DataFrame(rows)
 

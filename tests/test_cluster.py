@@ -170,7 +170,8 @@ def test_cli_cluster_run_and_bad_router(tmp_path):  # type: ignore[no-untyped-de
                           "duration_s=60", "arrivals.rate=0.5", "prompts.prefix_groups=2", "--out", str(trace)],
                    check=True, capture_output=True)
     ok = subprocess.run(cli + ["simulate", "--trace", str(trace), "--engine", "sglang-0.4.1", "--replicas", "2",
-                               "--router", "cache_aware", "--out", str(tmp_path / "run")], capture_output=True, text=True)
+                               "--router", "cache_aware", "--out", str(tmp_path / "run")],
+                        capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "2 replicas behind cache_aware" in ok.stdout
     bad = subprocess.run(cli + ["simulate", "--trace", str(trace), "--engine", "sglang-0.4.1", "--replicas", "2",
