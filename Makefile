@@ -17,7 +17,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/servetwin paper --quick --out servetwin-out
 
-test: $(STAMP) engine engine-sglang prometheus checkov
+test: $(STAMP) engine engine-sglang prometheus checkov router
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 lint: $(STAMP)
@@ -66,6 +66,21 @@ $(SGLANG_VENV)/.installed:
 	$(SGLANG_VENV)/bin/python live/sglang_cpu/patch_torchvision.py \
 	  $$($(SGLANG_VENV)/bin/python -c "import importlib.util as u; print(u.find_spec('torchvision').submodule_search_locations[0])")/_meta_registrations.py
 	touch $@
+
+# sglang-router (a Rust binary wheel) in its own virtual environment, for the live cluster study.
+ROUTER_VENV ?= .router-venv
+.PHONY: router cluster-study
+router: $(ROUTER_VENV)/.installed
+
+$(ROUTER_VENV)/.installed:
+	$(PY) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/pip install -q "sglang-router==0.3.2"
+	touch $@
+
+# Two real vLLM CPU instances behind sglang-router (cache_aware, then round_robin) and their simulated twins
+# on the same trace (docs/cluster.md; about 15 minutes).
+cluster-study: $(STAMP) engine router
+	$(BIN)/servetwin cluster-study --out out/cluster
 
 # checkov in its own virtual environment (it pins many libraries of its own).
 CHECKOV_VENV ?= .checkov-venv

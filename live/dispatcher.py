@@ -40,12 +40,16 @@ class DispatchConfig:
     ignore_eos: bool = True
     max_connections: int = 1024
     gc_pacing: bool = True                # run the garbage collector only between planned sends
-    text_prompts: Callable[[int], str] | None = None   # chat: request index → prompt text
+    text_prompts: Callable[[int], str] | None = None   # chat (or completions): request index → prompt text
+    request_id_prefix: str | None = None  # send X-Request-Id PREFIX-<request index> (a router logs it)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, request: int | None = None) -> dict[str, str]:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        out = {"Authorization": f"Bearer {key}"} if key else {}
+        if self.request_id_prefix is not None and request is not None:
+            out["X-Request-Id"] = f"{self.request_id_prefix}-{request}"
+        return out
 
 
 def _body(cfg: DispatchConfig, prompt: list[int] | str, max_tokens: int) -> dict[str, Any]:
@@ -71,7 +75,8 @@ async def stream_one(client: httpx.AsyncClient, cfg: DispatchConfig, rec: LiveRe
     try:
         async with asyncio.timeout(cfg.timeout_s):
             async with client.stream("POST", cfg.endpoint.rstrip("/") + path,
-                                     json=_body(cfg, prompt, rec.max_tokens), headers=cfg.headers()) as resp:
+                                     json=_body(cfg, prompt, rec.max_tokens),
+                                     headers=cfg.headers(rec.request_id)) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
                     rec.error = "http_4xx" if resp.status_code < 500 else "http_5xx"
@@ -162,7 +167,7 @@ class Replay:
         self.pacer: GcPacer | None = GcPacer(self.schedule) if cfg.gc_pacing else None
 
     def _prompt(self, i: int) -> list[int] | str:
-        if self.cfg.api == "chat":
+        if self.cfg.api == "chat" or self.cfg.text_prompts is not None:
             assert self.cfg.text_prompts is not None, "chat needs text prompts"
             return self.cfg.text_prompts(i)
         return [int(x) for x in self.trace.prompt(i)]
@@ -173,7 +178,8 @@ class Replay:
         for k in range(self.cfg.warmup):
             prompt = [int(x) for x in rng.integers(3, 1000, size=64)]
             rec = LiveRequest(-1 - k, -1, "warmup", 0.0, 64, 8, warmup=True)
-            await stream_one(self.clients[0], self.cfg, rec, prompt if self.cfg.api != "chat" else "warm up", 0.0)
+            text = self.cfg.api == "chat" or self.cfg.text_prompts is not None
+            await stream_one(self.clients[0], self.cfg, rec, f"warm up {k}: {prompt}" if text else prompt, 0.0)
 
     async def _request(self, i: int, planned: float) -> None:
         a = self.trace.arrays

@@ -72,6 +72,7 @@ class VllmCpu:
     _proc: subprocess.Popen[bytes] | None = None
     _paused: bool = False
     step_log: Path | None = None      # vLLM: every iteration's batch and forward time to this file (live.vllm_steplog)
+    cpus: str | None = None           # vLLM: the cores its OpenMP threads are bound to (VLLM_CPU_OMP_THREADS_BIND, "0")
 
     @property
     def url(self) -> str:
@@ -107,6 +108,8 @@ class VllmCpu:
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
         if self.step_log is not None:
             env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config(self.step_log))
+        if self.cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
         return env
 
     def start(self, timeout_s: float = 600.0) -> VllmCpu:
@@ -184,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-total-tokens", type=int, default=65536, help="SGLang KV pool cap")
     ap.add_argument("--kv-gib", type=int, default=1)
     ap.add_argument("--log", default="vllm-engine.log")
+    ap.add_argument("--cpus", default=None, help="vLLM: bind its OpenMP threads to these cores, e.g. 0 or 0-1 "
+                    "(VLLM_CPU_OMP_THREADS_BIND; default: vLLM's own choice)")
     ap.add_argument("--step-log", default=None, help="SGLang: log its scheduler's forwards to STEP_LOG.<pid>; "
                     "vLLM: every iteration's batch and forward time to STEP_LOG")
     a = ap.parse_args(argv)
@@ -194,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                                  step_log=Path(a.step_log) if a.step_log else None)
     else:
         eng = VllmCpu(model, a.port, a.prefix_caching, a.chunked_prefill, a.block_size, a.policy or "fcfs",
-                      a.kv_gib, log_path=Path(a.log), step_log=Path(a.step_log) if a.step_log else None)
+                      a.kv_gib, log_path=Path(a.log), step_log=Path(a.step_log) if a.step_log else None,
+                      cpus=a.cpus)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)            # stop the engine as Ctrl-C does (kill, a service manager)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # a background job starts with SIGINT ignored

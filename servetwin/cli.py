@@ -148,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "prefill chunk over its whole sequence, as the simulator does for runs that resolved it")
     p.set_defaults(fn=c.cmd_cost)
 
+    p = sub.add_parser("cluster-study", help="two real vLLM CPU instances behind sglang-router (cache_aware, "
+                       "round_robin) and their simulated twins on one trace (make engine router)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="a 40-s trace instead of 120 s")
+    p.set_defaults(fn=c.cmd_cluster_study)
+
     p = sub.add_parser("figures", help="the study's headline figures from runs (simulated, live or both)")
     p.add_argument("runs", nargs="+")
     p.add_argument("--out", required=True)
@@ -179,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     p.add_argument("--chat", default=None, metavar="TOKENIZER_DIR",
                    help="use /v1/chat/completions with text prompts of exact token counts (local tokenizer)")
+    p.add_argument("--text-prompts", default=None, metavar="TOKENIZER_DIR",
+                   help="/v1/completions with text prompts of exact token counts (a router that takes text only, "
+                        "such as sglang-router)")
+    p.add_argument("--request-id-prefix", default=None, metavar="P",
+                   help="send X-Request-Id P-<request index> with every request (a router's log then names each)")
     _realtime_flag(p)
     p.set_defaults(fn=c.cmd_live_run)
     p = lsub.add_parser("campaign", help="run a campaign of live runs one at a time (resumable, with retries)")

@@ -418,9 +418,13 @@ def cmd_live_run(a: argparse.Namespace) -> int:
     model = a.model or _first_model(a.endpoint)
     cfg = DispatchConfig(endpoint=a.endpoint, model=model, timeout_s=a.timeout, stall_s=a.timeout,
                          warmup=a.warmup, api_key_env=a.api_key_env)
-    if a.chat:
+    if a.chat and a.text_prompts:
+        raise ServetwinError("--chat and --text-prompts: give one (chat or completions with text prompts)")
+    if a.chat or a.text_prompts:
         from live.text_prompts import TextPrompts
-        cfg.api, cfg.text_prompts = "chat", TextPrompts(trace, a.chat)
+        cfg.text_prompts = TextPrompts(trace, a.chat or a.text_prompts)
+        cfg.api = "chat" if a.chat else "completions"
+    cfg.request_id_prefix = a.request_id_prefix
     opts = LiveOptions(engine_label=a.engine_label, metrics_interval_s=a.metrics_interval,
                        prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect),
                        engine_pid=a.engine_pid, cold_cache=a.cold_cache)
@@ -555,6 +559,11 @@ def cmd_paper(a: argparse.Namespace) -> int:
     from servetwin.paper import run_paper
     mark_dir(a.out, "paper")
     return run_paper(Path(a.out), quick=a.quick, jobs=a.jobs)
+
+
+def cmd_cluster_study(a: argparse.Namespace) -> int:
+    from servetwin.cluster_study import run_cluster_study
+    return run_cluster_study(Path(a.out), quick=a.quick)
 
 
 def cmd_report(a: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ render_mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(render_mod)
 render = render_mod.render
 
-OVERLAYS = [K8S / "base"] + sorted((K8S / "engines").glob("*/overlays/*"))
+OVERLAYS = [K8S / "base"] + sorted((K8S / "engines").glob("*/overlays/*")) + sorted((K8S / "cluster").glob("*"))
 K8S_VERSION = "1.30.0"
 
 
@@ -35,6 +35,16 @@ def test_overlays_render_and_validate(overlay: Path):
     assert docs
     for doc in docs:
         _validate(doc)
+
+
+def test_cluster_overlays_put_n_engines_behind_the_router():
+    for engine in ("vllm", "sglang"):
+        docs = render(K8S / "cluster" / engine)
+        dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "engine")
+        router = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "router")
+        assert dep["spec"]["replicas"] == 4
+        args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--policy=cache_aware" in args and "--selector=app.kubernetes.io/component=engine" in args
 
 
 def test_plain_manifests_validate():
