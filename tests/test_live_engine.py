@@ -317,3 +317,30 @@ def test_the_documented_calibration_recipe_fits_within_its_gates_or_says_why(tmp
     assert rc == 0
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)    # its engine went with it
+
+
+def test_live_run_through_the_real_sglang_router(engine: VllmCpu, model_dir: Path, tmp_path: Path):
+    """sglang-router 0.3.2 (make router) in front of the engine: text prompts on /v1/completions keep the trace's
+    exact token counts, and the router's debug log names the worker of every request by its X-Request-Id."""
+    import json
+
+    from live.router import SglangRouter, prefix_counters, worker_of
+    from scenarios.trace import write_trace
+    trace = small_trace(duration=8.0, seed=6)
+    write_trace(trace, tmp_path / "trace")
+    hits0, queries0 = prefix_counters(engine.url)
+    log = tmp_path / "router.log"
+    with SglangRouter([engine.url], "cache_aware", free_port(), log, free_port()) as router:
+        r = subprocess.run([sys.executable, "-m", "servetwin.cli", "live", "run", "--trace", str(tmp_path / "trace"),
+                            "--endpoint", router.url, "--engine-label", "routed", "--model", "tiny-llama",
+                            "--out", str(tmp_path / "run"), "--warmup", "1", "--text-prompts", str(model_dir),
+                            "--request-id-prefix", "t6"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
+    rows = [x for x in rows if not x["warmup"]]
+    assert rows and all(x["ok"] for x in rows)
+    assert all(x["server_prompt_tokens"] == x["prompt_tokens"] for x in rows)
+    where = worker_of(log, "t6")
+    assert set(where) == {x["request_id"] for x in rows} and set(where.values()) == {engine.url}
+    hits1, queries1 = prefix_counters(engine.url)
+    assert queries1 - queries0 >= sum(x["prompt_tokens"] for x in rows)

@@ -11,7 +11,7 @@ ROOT = HERE.parents[1]
 
 for script, args in (("bench_compile.py", []), ("bench_import.py", []), ("bench_simulate.py", ["speed"]),
                      ("bench_simulate.py", ["memory"]),
-                     ("bench_dispatch.py", []),
+                     ("bench_dispatch.py", []), ("bench_cluster.py", []),
                      ("bench_grid.py", ["2"])):
     print(f"# {script} {' '.join(args)}", flush=True)
     subprocess.run([sys.executable, str(HERE / script), *args], check=True, cwd=ROOT,
