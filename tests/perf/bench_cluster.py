@@ -48,9 +48,27 @@ def mooncake() -> list[dict]:
     return out
 
 
+def mooncake_l4() -> list[dict]:
+    """The requests of the first 5 minutes that fit an L4's 16,384-token context (docs/traces.md): at 0.04 of the
+    rate on one L4, and at 8 times that load (0.32) on 8 L4s behind cache_aware."""
+    from scenarios.importers import ImportOptions, import_trace
+    out = []
+    for n, scale in ((1, 0.04), (8, 0.32)):
+        w = import_trace(SAMPLE, ImportOptions("mooncake", window=(0.0, 300.0), rate_scale=scale, max_len=16384))
+        for engine, over in (("vllm-0.6.3", {"enable_prefix_caching": True}), ("sglang-0.4.1", {})):
+            t0 = time.perf_counter()
+            rec = simulate_cluster(w, ClusterSpec((engine,) * n, "cache_aware", (), tuple(over.items())), "l4")
+            ok = rec.requests[rec.requests["ok"]]
+            out.append({"bench": f"mooncake-5min-{n}xl4", "engine": engine, "requests": w.n_requests,
+                        "wall_s": round(time.perf_counter() - t0, 2),
+                        "prefix_hit_fraction": round(rec.meta["telemetry_summary"]["prefix_hit_fraction"], 3),
+                        "ttft_p50_s": round(float((ok["first_token_s"] - ok["send_s"]).median()), 2)})
+    return out
+
+
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     for router in ("round_robin", "cache_aware"):
         print(json.dumps(cluster(n, router)), flush=True)
-    for row in mooncake():
+    for row in mooncake() + mooncake_l4():
         print(json.dumps(row), flush=True)
