@@ -211,8 +211,10 @@ def control_arm_table(rt: pd.DataFrame, defaults: str = "defaults", matched: str
 def all_tables(runs: list[RunRecord]) -> dict[str, pd.DataFrame]:
     rt = run_table(runs)
     gaps = gap_table(rt)
+    from analysis.turns import turn_table
     return {"runs": rt, "absolute": absolute_table(rt), "gaps": gaps, "decomposition": decomposition_table(gaps, rt=rt),
-            "dispersion": dispersion_table(rt), "workload": workload_table(rt), "control_arm": control_arm_table(rt)}
+            "dispersion": dispersion_table(rt), "workload": workload_table(rt), "control_arm": control_arm_table(rt),
+            "turns": turn_table(runs)}
 
 
 def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:

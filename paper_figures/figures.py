@@ -158,7 +158,8 @@ def _draw_all(runs: list[RunRecord], out: Path) -> tuple[list[Path], list[str]]:
                ("gap_vs_run_length", lambda: sf.gaps_vs(gaps, "duration", out, "gap_vs_run_length",
                                                         "run length T (s)")),
                ("gap_by_arm", lambda: sf.gap_by_arm(gaps, out)),
-               ("gap_vs_replicas", lambda: sf.gap_vs_replicas(gaps, out))]
+               ("gap_vs_replicas", lambda: sf.gap_vs_replicas(gaps, out)),
+               ("ttft_by_turn", lambda: sf.ttft_by_turn(tables["turns"], out))]
     for name, make in makers:
         try:
             made.append(make())

@@ -227,3 +227,20 @@ def gap_vs_replicas(gaps: pd.DataFrame, out: Path) -> Path:
     axes[0][0].set_ylabel("paired TTFT gap, first ÷ second config (log, 95% CI)")
     axes[0][0].legend(fontsize=6)
     return save(fig, out / "gap_vs_replicas.png")
+
+
+def ttft_by_turn(turns: pd.DataFrame, out: Path) -> Path:
+    """Multi-turn sessions: mean TTFT by turn per configuration, min–max as a band (the agent-loop post's view)."""
+    if turns.empty:
+        raise MissingRuns("TTFT by turn needs runs of chain sessions (scenarios/examples/agent-loop.yaml)")
+    fig, axes = new(5.6, 3.6)
+    ax = axes[0][0]
+    for label, g in turns.groupby("configuration", sort=True):
+        g = g.sort_values("turn")
+        line = ax.plot(g["turn"], g["ttft_mean_ms"], marker="o", label=str(label), color=color(str(label)))
+        ax.fill_between(g["turn"], g["ttft_min_ms"], g["ttft_max_ms"], alpha=0.12, color=line[0].get_color())
+    ax.set_yscale("log")
+    ax.set_xlabel("turn (1 = cold)")
+    ax.set_ylabel("TTFT (ms, log): mean, min–max band")
+    ax.legend(fontsize=6)
+    return save(fig, out / "ttft_by_turn.png")

@@ -42,6 +42,8 @@ class _Builder:
         self.preds: list[list[int]] = []
         self.tool: list[str | None] = []
         self.history: list[list[int]] = []
+        self.own: list[int | None] = []        # own new tokens where not D
+        self.reply: list[int | None] = []      # reply tokens carried in later prompts (None: the output)
 
     def add_dag(self, d: int, t: float, shape: DagShape) -> None:
         base = len(self.dag)
@@ -52,6 +54,8 @@ class _Builder:
             self.preds.append([base + p for p in shape.preds[j]])
             self.tool.append(shape.tool[j])
             self.history.append([base + h for h in shape.history[j]])
+            self.own.append(shape.own[j] if shape.own else None)
+            self.reply.append(shape.reply)
 
 
 def _delays(sc: Scenario, tools: list[str | None]) -> np.ndarray:
@@ -75,13 +79,16 @@ def _prompt_arrays(sc: Scenario, b: _Builder, max_tokens: np.ndarray) -> dict[st
         prefix = _distinct_groups(prefix.reshape(K, F), sampler, layer_rng(sc.seed, "prefix")).reshape(-1)
     group = _dag_groups(p, n_dags, layer_rng(sc.seed, "groups"))
     ctx = sampler.draw(layer_rng(sc.seed, "context"), (n_dags, C))
-    suffix = distinct_rows(sampler.draw(layer_rng(sc.seed, "suffix"), (n, D)), sampler,
+    own = [D if o is None else o for o in b.own]
+    W = max([D, *own])                        # rows wider than D only where a first turn is longer
+    suffix = distinct_rows(sampler.draw(layer_rng(sc.seed, "suffix"), (n, W)), sampler,
                            layer_rng(sc.seed, "suffix"))
     needs_out = sorted({h for hs in b.history for h in hs})
-    out_len = max_tokens[needs_out] if needs_out else np.zeros(0, np.int32)
+    carried = {h: int(max_tokens[h]) if b.reply[h] is None else int(b.reply[h] or 0) for h in needs_out}
+    out_len = np.asarray([carried[h] for h in needs_out], dtype=np.int64) if needs_out else np.zeros(0, np.int64)
     outs = sampler.draw(layer_rng(sc.seed, "outputs"), int(out_len.sum()))
     suffix_base = n_dags * C
-    out_base = suffix_base + n * D
+    out_base = suffix_base + n * W
     out_start = dict(zip(needs_out, (out_base + np.concatenate([[0], np.cumsum(out_len)[:-1]])).tolist(),
                          strict=True)) if needs_out else {}
     segs: list[tuple[int, int, int]] = []
@@ -92,9 +99,10 @@ def _prompt_arrays(sc: Scenario, b: _Builder, max_tokens: np.ndarray) -> dict[st
         if C:
             segs.append((SRC_POOL, b.dag[i] * C, C))
         for h in b.history[i]:
-            segs.append((SRC_POOL, suffix_base + h * D, D))
-            segs.append((SRC_POOL, out_start[h], int(max_tokens[h])))
-        segs.append((SRC_POOL, suffix_base + i * D, D))
+            segs.append((SRC_POOL, suffix_base + h * W, own[h]))
+            if carried[h]:
+                segs.append((SRC_POOL, out_start[h], carried[h]))
+        segs.append((SRC_POOL, suffix_base + i * W, own[i]))
         offsets.append(len(segs))
     pool = np.concatenate([ctx.reshape(-1), suffix.reshape(-1), outs]).astype(np.int32)
     return {"prefix": prefix.astype(np.int32), "pool": pool,
@@ -145,11 +153,11 @@ def build_trace(sc: Scenario) -> Trace:
               "pred_offsets": pred_off, "pred_index": pred_idx, "max_tokens": max_tokens}
     arrays.update(_prompt_arrays(sc, b, max_tokens))
     trace = Trace(manifest={}, arrays=arrays)
-    trace.manifest = _manifest(sc, trace)
+    trace.manifest = _manifest(sc, trace, _target_sharing(sc, b))
     return trace
 
 
-def _manifest(sc: Scenario, trace: Trace) -> dict:
+def _manifest(sc: Scenario, trace: Trace, target: float) -> dict:
     role = trace.arrays["role"]
     counts = {name: int((role == r).sum()) for r, name in enumerate(ROLE_CAPS)}
     n_dags = trace.n_dags
@@ -157,11 +165,21 @@ def _manifest(sc: Scenario, trace: Trace) -> dict:
         "format_version": FORMAT_VERSION, "scenario": sc.model_dump(mode="json"), "seed": sc.seed,
         "counts": {"dags": n_dags, "requests": trace.n_requests, "roles": counts},
         "prompt_layout": _layout(sc),
-        "target_sharing": sc.prompts.target_sharing, "achieved_sharing": achieved_sharing(trace),
+        "target_sharing": target, "achieved_sharing": achieved_sharing(trace),
         "offered_load_rps": trace.n_requests / max(n_dags, 1) * _rate(sc),
         "tool_delay_max_s": max(t.max_s for t in sc.tools.values()),
         "prefix_sha256": prefix_digest(trace.arrays["prefix"]),
     }
+
+
+def _target_sharing(sc: Scenario, b: _Builder) -> float:
+    """σ as the spec asks for it: F / (F + D), or — where a chain's first turn has its own length — the mean over
+    requests of F / (F + the request's own new tokens)."""
+    if all(o is None for o in b.own):
+        return sc.prompts.target_sharing
+    F, D = sc.prompts.F, sc.prompts.D
+    own = np.asarray([D if o is None else o for o in b.own], dtype=np.float64)
+    return float(np.mean(F / (F + own)))
 
 
 def _layout(sc: Scenario) -> dict[str, int]:

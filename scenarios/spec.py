@@ -91,6 +91,20 @@ class Chain(_Frozen):
     kind: Literal["chain"] = "chain"
     turns: int = Field(4, ge=1, le=256)
     tool: str = "mcp"
+    first_turn_tokens: int | None = Field(None, ge=1, description="the first turn's own new tokens (default: "
+                                          "the suffix length D, as every later turn)")
+    history_reply_tokens: int | None = Field(None, ge=0, description="tokens of each earlier reply carried in "
+                                             "later prompts (default: the whole output, as an agent loop does; "
+                                             "a client that appends a fixed short reply carries only that)")
+
+    @model_serializer(mode="wrap")
+    def _drop_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Unset options are written as before they existed, so existing traces keep their bytes."""
+        out = dict(handler(self))
+        for k in ("first_turn_tokens", "history_reply_tokens"):
+            if out.get(k) is None:
+                out.pop(k, None)
+        return out
 
 
 class MixItem(_Frozen):

@@ -20,6 +20,8 @@ class DagShape:
     preds: list[list[int]]
     tool: list[str | None]
     history: list[list[int]] = field(default_factory=list)
+    own: list[int | None] = field(default_factory=list)   # a request's own new tokens where not the suffix D
+    reply: int | None = None                              # reply tokens carried in history (None: the output)
 
 
 def fanout_shape(t: FanOut) -> DagShape:
@@ -36,7 +38,8 @@ def chain_shape(t: Chain) -> DagShape:
     preds: list[list[int]] = [[]] + [[i - 1] for i in range(1, n)]
     tool: list[str | None] = [None] + [t.tool] * (n - 1)
     history = [list(range(i)) for i in range(n)]
-    return DagShape(roles, preds, tool, history)
+    own: list[int | None] = [t.first_turn_tokens] + [None] * (n - 1)
+    return DagShape(roles, preds, tool, history, own, t.history_reply_tokens)
 
 
 def choose_shapes(topo: FanOut | Chain | Mix, n_dags: int, rng: np.random.Generator) -> list[DagShape]:

@@ -334,6 +334,9 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         for k in ("workload", "absolute", "gaps", "decomposition", "control_arm", "dispersion"):
             print(f"## {k}\n")
             print(to_markdown(tables[k]))
+        if not tables["turns"].empty:
+            print("## turns (multi-turn sessions: TTFT by turn, cold vs warm)\n")
+            print(to_markdown(tables["turns"]))
     return 0
 
 

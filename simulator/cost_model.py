@@ -107,7 +107,7 @@ class CostModel:
         self.ovh: Overheads = hw.overhead(family)
         self.graph_max_bs = graph_max_bs
         kv = model.kv_bytes_per_token(1) / tp
-        self._flin = 2.0 * model.linear_params / tp
+        self._flin = 2.0 * model.linear_params / tp * model.dequant_compute_factor
         self._flm = 2.0 * model.lm_head_params / tp
         self._attn = hw.kappa_attn * model.attention_flops_per_pair / tp
         self._w = model.streamed_weight_bytes / tp

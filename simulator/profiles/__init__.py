@@ -70,10 +70,16 @@ class ModelProfile:
     activation_base_gib: float
     activation_per_token_bytes: float
     non_torch_gib: float
+    linear_weight_bits: float = 0.0       # quantised linear layers (AWQ: 4 bits + group scales); 0: dtype
+    dequant_compute_factor: float = 1.0   # linear-layer FLOP time x this under on-the-fly dequantisation
 
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def linear_bytes_per_param(self) -> float:
+        return self.linear_weight_bits / 8 if self.linear_weight_bits else float(self.dtype_bytes)
 
     @property
     def layer_linear_params(self) -> int:
@@ -100,12 +106,13 @@ class ModelProfile:
 
     @property
     def weight_bytes(self) -> int:
-        return self.total_params * self.dtype_bytes
+        rest = self.total_params - self.linear_params
+        return int(round(self.linear_params * self.linear_bytes_per_param + rest * self.dtype_bytes))
 
     @property
     def streamed_weight_bytes(self) -> int:
         """W: bytes read per forward pass (linear layers + LM head; the embedding is a gather)."""
-        return (self.linear_params + self.lm_head_params) * self.dtype_bytes
+        return int(round(self.linear_params * self.linear_bytes_per_param + self.lm_head_params * self.dtype_bytes))
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
         kv_heads = max(1, self.kv_heads // tp)
