@@ -22,11 +22,11 @@ LATENCY = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50")
 
 
 def _labels(rec: RunRecord) -> dict[str, Any]:
-    lab = rec.meta.get("labels")
-    if lab:
-        return lab
-    return {"condition": rec.meta["scenario"].get("name", "scenario"), "arm": "runs",
+    """The run's labels, with the scenario name, arm "runs" and the engine standing in for any missing (a live run's
+    twin is labelled with its configuration only)."""
+    base = {"condition": rec.meta["scenario"].get("name", "scenario"), "arm": "runs",
             "config": rec.meta["engine"], "config_index": 0 if "vllm" in rec.meta["engine"] else 1}
+    return {**base, **(rec.meta.get("labels") or {})}
 
 
 def _config_key(rec: RunRecord) -> str:
