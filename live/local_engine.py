@@ -217,9 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def sglang_python() -> Path:
     p = Path(os.environ.get("SERVETWIN_SGLANG_PYTHON", ROOT / ".engine-sglang" / "bin" / "python"))
@@ -263,3 +260,7 @@ class SglangCpu(VllmCpu):
         if self.chunked_prefill:
             exp["chunked_prefill_size"] = self.chunked_prefill
         return exp
+
+
+if __name__ == "__main__":
+    sys.exit(main())

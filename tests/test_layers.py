@@ -65,3 +65,16 @@ def test_the_image_and_the_distribution_carry_every_package():
     toml = (ROOT / "pyproject.toml").read_text()
     for pkg in RANK:
         assert f"COPY {pkg} {pkg}" in docker and f'"{pkg}*"' in toml, pkg
+
+
+def test_a_module_run_as_a_script_defines_everything_before_it_runs():
+    """`python -m pkg.mod` runs the `if __name__ == "__main__"` block where it stands: anything defined below it
+    does not exist yet (live.local_engine --engine sglang once failed so), so the block comes last."""
+    late = []
+    for pkg in RANK:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            body = ast.parse(f.read_text()).body
+            guards = [i for i, n in enumerate(body) if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+            if guards and guards[-1] != len(body) - 1:
+                late.append(str(f.relative_to(ROOT)))
+    assert not late, f"a __main__ block before the module's end: {late}"
