@@ -427,6 +427,8 @@ def cmd_live_run(a: argparse.Namespace) -> int:
         from live.text_prompts import TextPrompts
         cfg.text_prompts = TextPrompts(trace, a.chat or a.text_prompts)
         cfg.api = "chat" if a.chat else "completions"
+        # SGLang refuses return_token_ids on streamed chat (HTTP 400); chunks are counted one token each there
+        cfg.return_token_ids = not a.chat
     cfg.request_id_prefix = a.request_id_prefix
     opts = LiveOptions(engine_label=a.engine_label, metrics_interval_s=a.metrics_interval,
                        prometheus_url=a.prometheus, engine_log=a.engine_log, expected=parse_overrides(a.expect),
