@@ -22,7 +22,7 @@ import numpy as np
 
 from analysis.cluster import holder_share, per_replica
 from analysis.metrics import run_metrics
-from analysis.records import RunRecord, read_run, write_run
+from analysis.records import RunRecord, write_run
 from scenarios import compile_trace
 from scenarios.spec import load_scenario
 from scenarios.trace import Trace
