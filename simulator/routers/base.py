@@ -57,6 +57,16 @@ class Router(Protocol):
     def check_integrity(self) -> None: ...
 
 
+class NoRequestState:
+    """A router that keeps nothing per request: nothing to forget when one leaves, nothing to check."""
+
+    def finished(self, req: Request, replica: int, now: float) -> None:
+        return None
+
+    def check_integrity(self) -> None:
+        return None
+
+
 def parse_params(model: type[BaseModel], name: str, values: dict[str, Any]) -> Any:
     """The router's settings from ``k=v`` pairs; an unknown key or bad value names what is accepted."""
     from pydantic import ValidationError

@@ -22,7 +22,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from simulator.request import Request
-from simulator.routers.base import RouterParams, View
+from simulator.routers.base import NoRequestState, RouterParams, View
 from simulator.routers.tenant_tree import TenantTree
 
 
@@ -35,7 +35,7 @@ class CacheAwareParams(RouterParams):
     token_chars: float = Field(4.0, gt=0, description="servetwin's conversion of max_tree_size to tokens")
 
 
-class CacheAware:
+class CacheAware(NoRequestState):
     name: ClassVar[str] = "cache_aware"
     Params: ClassVar[type[RouterParams]] = CacheAwareParams
 
@@ -70,9 +70,6 @@ class CacheAware:
             self.tree.evict(t, limit)
         while self.next_eviction <= now:
             self.next_eviction += self.params.eviction_interval_secs
-
-    def finished(self, req: Request, replica: int, now: float) -> None:
-        return None
 
     def check_integrity(self) -> None:
         self.tree.check_integrity()

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from simulator.kernels import ROOT_HASH, chain_hashes
 from simulator.request import Request
-from simulator.routers.base import RouterParams, View
+from simulator.routers.base import NoRequestState, RouterParams, View
 
 
 class ScoredParams(RouterParams):
@@ -37,7 +37,7 @@ class ScoredParams(RouterParams):
     seed: int = Field(0, ge=0, description="added to the trace's seed for the tie-breaking stream")
 
 
-class Scored:
+class Scored(NoRequestState):
     name: ClassVar[str] = "scored"
     Params: ClassVar[type[RouterParams]] = ScoredParams
 
@@ -88,9 +88,6 @@ class Scored:
             idx.move_to_end(h)
         while len(idx) > self.params.lru_capacity_per_server:
             idx.popitem(last=False)
-
-    def finished(self, req: Request, replica: int, now: float) -> None:
-        return None
 
     def check_integrity(self) -> None:
         assert all(len(i) <= self.params.lru_capacity_per_server for i in self.index), "an LRU over capacity"

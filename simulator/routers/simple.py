@@ -20,10 +20,10 @@ import numpy as np
 from pydantic import Field
 
 from simulator.request import Request
-from simulator.routers.base import RouterParams, View
+from simulator.routers.base import NoRequestState, RouterParams, View
 
 
-class RoundRobin:
+class RoundRobin(NoRequestState):
     name: ClassVar[str] = "round_robin"
     Params: ClassVar[type[RouterParams]] = RouterParams
 
@@ -35,9 +35,6 @@ class RoundRobin:
         self.next += 1
         return k
 
-    def finished(self, req: Request, replica: int, now: float) -> None:
-        return None
-
     def check_integrity(self) -> None:
         assert self.next >= 0
 
@@ -46,7 +43,7 @@ class RandomParams(RouterParams):
     seed: int = Field(0, ge=0, description="added to the trace's seed for the router's own stream")
 
 
-class Random:
+class Random(NoRequestState):
     name: ClassVar[str] = "random"
     Params: ClassVar[type[RouterParams]] = RandomParams
 
@@ -57,14 +54,8 @@ class Random:
     def route(self, req: Request, view: View, now: float) -> int:
         return int(self.rng.integers(0, self.n))
 
-    def finished(self, req: Request, replica: int, now: float) -> None:
-        return None
 
-    def check_integrity(self) -> None:
-        return None
-
-
-class LeastOutstanding:
+class LeastOutstanding(NoRequestState):
     name: ClassVar[str] = "least_outstanding"
     Params: ClassVar[type[RouterParams]] = RouterParams
 
@@ -73,12 +64,6 @@ class LeastOutstanding:
 
     def route(self, req: Request, view: View, now: float) -> int:
         return view.least_loaded()
-
-    def finished(self, req: Request, replica: int, now: float) -> None:
-        return None
-
-    def check_integrity(self) -> None:
-        return None
 
 
 class Session:
