@@ -8,6 +8,7 @@ COPY servetwin servetwin
 COPY scenarios scenarios
 COPY simulator simulator
 COPY live live
+COPY serve serve
 COPY analysis analysis
 COPY calibrate calibrate
 COPY paper_figures paper_figures

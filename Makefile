@@ -22,7 +22,7 @@ test: $(STAMP) engine engine-sglang prometheus checkov router
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy foundation scenarios simulator analysis paper_figures calibrate live servetwin
+	$(BIN)/mypy foundation scenarios simulator analysis paper_figures calibrate live serve servetwin
 
 bench: $(STAMP)
 	$(BIN)/python tests/perf/run_all.py

@@ -99,6 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_args(p)
     p.set_defaults(fn=c.cmd_simulate)
 
+    p = sub.add_parser("serve", help="the simulated engine as an OpenAI-compatible server: completions and chat "
+                       "(streamed or not), /v1/models, /health, /metrics in the engine's own names")
+    _add_engine_args(p)
+    _add_cluster_args(p)
+    p.add_argument("--speedup", type=float, default=1.0, help="simulated seconds per wall second (default 1: the "
+                   "latency a real engine would show; 10 serves ten times faster)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tokenizer", metavar="DIR", help="the model's tokenizer: text prompts counted as the engine "
+                   "counts them (default: ~4 characters per token)")
+    p.add_argument("--served-model-name", help="the model id clients name (default: the model profile's name)")
+    p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens where a request gives none "
+                   "(default 16, as vLLM's completions)")
+    p.add_argument("--record", metavar="DIR", help="on exit, write what was served: DIR/run (a RunRecord in the "
+                   "twin's time) and DIR/trace (replayable with simulate --trace)")
+    p.set_defaults(fn=c.cmd_serve)
+
     p = sub.add_parser("sweep", help="run every cell of a grid (resumable)")
     p.add_argument("grid")
     p.add_argument("--out", required=True)

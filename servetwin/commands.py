@@ -154,6 +154,46 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     return code
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    from foundation.errors import SpecError
+    from foundation.outputs import OutputError, check_out
+    from serve.app import Server
+    from serve.main import Listen, run_foreground, save, serve_meta
+    from serve.twin import TwinSpec
+    from simulator.cluster import ClusterSpec
+    from simulator.presets import parse_overrides
+    if a.record:
+        try:
+            check_out(a.record, "served")
+        except OutputError as err:
+            raise OutputError(str(err).replace("--out", "--record", 1)) from None
+    if not a.speedup > 0:
+        raise SpecError(f"--speedup {a.speedup}: expected a number > 0")
+    if a.default_max_tokens < 1:
+        raise SpecError(f"--default-max-tokens {a.default_max_tokens}: expected a whole number ≥ 1")
+    if a.tokenizer and not Path(a.tokenizer).is_dir():
+        raise SpecError(f"--tokenizer {a.tokenizer}: not a directory; expected a tokenizer saved with save_pretrained")
+    cluster = _cluster_spec(a) or ClusterSpec((a.engine,), overrides=tuple(sorted(parse_overrides(a.set).items())))
+    server = Server(TwinSpec(cluster, a.hardware, a.model, a.context), a.speedup, a.served_model_name, a.tokenizer,
+                    a.default_max_tokens)
+    what = f"{'+'.join(sorted(set(cluster.engines)))} x{cluster.replicas}" if server.twin.routed else a.engine
+
+    def ready(port: int) -> None:
+        print(f"servetwin: serving {what} on {a.hardware} ({server.twin.mp.name}) at http://{a.host}:{port}/v1, "
+              f"speed-up {a.speedup:g}; Ctrl-C stops", flush=True)
+    try:
+        run_foreground(server, Listen(a.host, a.port), ready)
+    except OSError as err:
+        raise SpecError(f"--host {a.host} --port {a.port}: cannot listen ({err.strerror or err})") from None
+    lag = serve_meta(server)["release_lag_s"]
+    tail = f"; release lag p50 {lag['p50_s'] * 1e3:.2f} ms, p99 {lag['p99_s'] * 1e3:.2f} ms" if lag["tokens"] else ""
+    print(f"servetwin: served {len(server.twin.requests)} requests ({server.refused} refused){tail}")
+    if a.record:
+        out = save(server, a.record)
+        print(f"  record: {out}" if out else "  record: nothing served, nothing written")
+    return 0
+
+
 def _cluster_spec(a: argparse.Namespace) -> Any:
     """The cluster the flags ask for, or None for one engine (``--replicas 1`` without ``--router``)."""
     from foundation.errors import SpecError

@@ -5,8 +5,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RANK = {"foundation": -1, "scenarios": 0, "analysis": 1, "simulator": 2, "live": 3, "paper_figures": 3, "calibrate": 4,
-        "servetwin": 5}
+RANK = {"foundation": -1, "scenarios": 0, "analysis": 1, "simulator": 2, "live": 3, "serve": 3, "paper_figures": 3,
+        "calibrate": 4, "servetwin": 5}
 
 
 def _imports() -> dict[str, set[str]]:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +120,55 @@ def build(rows: list[Row], opt: ImportOptions, read: int | None = None) -> Trace
     trace = Trace(manifest={}, arrays=arrays)
     trace.manifest = _manifest(trace, kept, opt, stats, read)
     return trace
+
+
+def from_prompts(arrivals: list[float], prompts: list[np.ndarray], max_tokens: list[int],
+                 opt: ImportOptions) -> Trace:
+    """Independent requests with their own token prompts (a server's log of what it served) → a Trace; each
+    request is a DAG of its own at its arrival time, its prompt stored as given, so prefix reuse is exactly
+    what the requests shared."""
+    n = len(prompts)
+    if n == 0:
+        raise TraceImportError(opt.source, None, "no request to write")
+    rows = [Row(k + 1, float(t), int(p.size), int(m)) for k, (t, p, m) in enumerate(
+        zip(arrivals, prompts, max_tokens, strict=True))]
+    check_order(rows, opt.source)
+    lens = np.asarray([p.size for p in prompts], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    arrays: dict[str, np.ndarray] = {
+        "dag": np.arange(n, dtype=np.int32), "role": np.full(n, TURN, dtype=np.int8),
+        "arrival_s": np.asarray(arrivals, dtype=np.float64), "delay_s": np.zeros(n, dtype=np.float64),
+        "max_tokens": np.asarray(max_tokens, dtype=np.int32), "pred_offsets": np.zeros(n + 1, dtype=np.int64),
+        "pred_index": np.zeros(0, dtype=np.int32), "seg_offsets": np.arange(n + 1, dtype=np.int64),
+        "segments": np.stack([np.full(n, SRC_POOL, np.int64), starts, lens], axis=1),
+        "prefix": np.zeros(0, dtype=np.int32),
+        "pool": np.concatenate(prompts).astype(np.int32) if lens.sum() else np.zeros(0, np.int32)}
+    trace = Trace(manifest={}, arrays=arrays)
+    stats = {"infinite_cache_hit_ratio": _shared_prefix_ratio(prompts), "blocks": n}
+    trace.manifest = _manifest(trace, rows, opt, stats, n)
+    return trace
+
+
+def _shared_prefix_ratio(prompts: list[np.ndarray]) -> float:
+    """Prompt tokens an infinite token-granular cache would hit: each prompt's longest common prefix with any
+    earlier one (sorted-neighbour search), over all prompt tokens."""
+    total = sum(int(p.size) for p in prompts)
+    if not total:
+        return 0.0
+    seen: list[tuple[int, ...]] = []
+    hit = 0
+    for p in prompts:
+        key = tuple(p.tolist())
+        k = bisect.bisect_left(seen, key)
+        hit += max((_common(key, seen[j]) for j in (k - 1, k) if 0 <= j < len(seen)), default=0)
+        seen.insert(k, key)
+    return hit / total
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    m = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:m]) != np.asarray(b[:m]))
+    return int(diff[0]) if diff.size else m
 
 
 def _block_ids(rows: list[Row]) -> tuple[list[list[int]], list[list[int]]]:
