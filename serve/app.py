@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import math
 import time
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from serve.clock import VirtualClock
@@ -23,6 +25,7 @@ from serve.tokens import FILLER, PromptError, Tokens
 from serve.twin import ServedRequest, Twin, TwinSpec
 
 DONE = b"data: [DONE]\n\n"
+EARLY_S = 0.001          # wake this much before a simulated event is due
 
 
 class BadRequest(Exception):
@@ -46,6 +49,7 @@ class Server:
         self._wake = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
         self.refused = 0
+        self.client_ids: list[str | None] = []       # each served request's X-Request-Id, where the client sent one
 
     # --- the simulation's side -------------------------------------------------------------------
     def _replica(self, r: ServedRequest) -> int:
@@ -85,9 +89,15 @@ class Server:
                 await asyncio.sleep(0)
                 continue
             self._wake.clear()
-            wait = None if math.isinf(nxt) else max(clock.wait_for(nxt), 0.0)
+            if math.isinf(nxt):
+                await self._wake.wait()
+                continue
+            wait = clock.wait_for(nxt)
+            if wait <= EARLY_S:                  # the loop's timers fire up to a millisecond late: spin the rest
+                await asyncio.sleep(0)
+                continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await asyncio.wait_for(self._wake.wait(), wait - EARLY_S)
 
     def submit(self, prompt: Any, max_tokens: int) -> tuple[ServedRequest, asyncio.Queue[float | None]]:
         r = self.twin.submit(prompt, max_tokens, self.clock.now())
@@ -111,7 +121,22 @@ class Server:
         app.on_cleanup.append(self._stop)
         return app
 
+    def warm_up(self) -> None:
+        """Serve a few requests on a private copy of the twin before listening: the first call of every
+        compiled kernel and lazily imported path is paid here, not by a client's first requests."""
+        twin = Twin(self.spec, lambda _r, _t: None)
+        rng = np.random.default_rng(0)
+        prefix = rng.integers(256, self.twin.mp.vocab, 300, dtype=np.int32)
+        for k in range(8):
+            own = rng.integers(256, self.twin.mp.vocab, 40 + 10 * k, dtype=np.int32)
+            twin.submit(np.concatenate([prefix, own]), 4, 0.01 * k)
+        twin.env.run()
+        twin.check_integrity()
+
     async def _start(self, _app: web.Application) -> None:
+        self.warm_up()
+        gc.collect()
+        gc.freeze()           # what exists at start (simulator, profiles, libraries) is never scanned again
         self.clock = VirtualClock(self.clock.speedup)
         self._driver = asyncio.get_running_loop().create_task(self.drive())
 
@@ -178,6 +203,7 @@ class Server:
         except BadRequest as err:
             return self._refuse(str(err))
         r, q = self.submit(prompt, max_tokens)
+        self.client_ids.append(req.headers.get("X-Request-Id"))
         fmt = _Format(r, self.model_name, chat, bool(body.get("return_token_ids")), self.filler_id,
                       bool((body.get("stream_options") or {}).get("include_usage")))
         try:
