@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench install clean engine prometheus
+.PHONY: demo test lint bench bench-client install clean engine prometheus
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tests/perf/run_all.py
+
+# a real client (vllm bench serve, from vLLM's CPU build) against servetwin serve
+bench-client: $(STAMP) engine
+	PYTHONPATH=. $(BIN)/python tests/perf/bench_client.py
 
 clean:
 	rm -rf $(VENV) servetwin-out .pytest_cache .mypy_cache .ruff_cache
