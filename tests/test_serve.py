@@ -268,3 +268,22 @@ def test_the_live_client_against_serve_at_real_time_measures_what_simulate_gives
         b = (sim[end] - sim["send_s"]).median()
         assert abs(a - b) <= rel * b + 0.002, (end, a, b)
     assert rec.meta["serve"]["release_lag_s"]["p99_s"] < 0.05
+
+
+@pytest.mark.parametrize("overlay", ["vllm-0.6.3", "sglang-0.4.1"])
+def test_the_stand_in_engine_manifest_runs_a_valid_serve_command_behind_the_engine_service(overlay):
+    import importlib.util
+
+    from servetwin.cli import build_parser
+    spec = importlib.util.spec_from_file_location("render", Path(__file__).resolve().parents[1] / "infra" / "render.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    render = mod.render
+    docs = render(Path(__file__).resolve().parents[1] / "infra" / "k8s" / "engines" / "twin" / "overlays" / overlay)
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    svc = next(d for d in docs if d["kind"] == "Service")
+    assert svc["metadata"]["name"] == "engine"
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    args = build_parser().parse_args(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args.cmd == "serve" and args.engine == overlay and args.port == 8000 and args.host == "0.0.0.0"
