@@ -239,7 +239,8 @@ def test_the_live_client_against_serve_at_real_time_measures_what_simulate_gives
     looser on TTFT than the issue's 2 % + 2 ms, which the docs report as measured)."""
     scen = tmp_path / "sc.yaml"
     scen.write_text("name: serve-check\nduration_s: 20\narrivals: {rate: 0.4}\nprompts: {length: 1024, sharing: 0.9}\n")
-    assert _cli("trace", "compile", "--scenario", str(scen), "--seed", "1", "--out", str(tmp_path / "t")).returncode == 0
+    made = _cli("trace", "compile", "--scenario", str(scen), "--seed", "1", "--out", str(tmp_path / "t"))
+    assert made.returncode == 0, made.stderr
     proc = subprocess.Popen([sys.executable, "-m", "servetwin.cli", "serve", "--engine", "sglang-0.4.1", "--set",
                              "mem_fraction_static=0.85", "--port", "0", "--record", str(tmp_path / "rec")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
