@@ -21,7 +21,7 @@ import numpy as np
 
 from analysis.records import read_run
 
-TOKENS = {1.0: 450, 10.0: 450}
+TOKENS = {1.0: 480, 10.0: 480}
 
 
 async def _load(url: str, rate: float, duration: float, max_tokens: int) -> int:
