@@ -24,7 +24,7 @@ def shares_kv_reads(family: str) -> bool:
 
     SGLang's CPU path does not: its ``torch_native`` decode gathers each request's KV into a tensor of its
     own, shared or not. Its probes of 8 decodes sharing 1,843 of 2,048 tokens still ran faster than 8
-    unshared ones on an idle engine (29 against 40 ms, `twin-v`), and fits that freed the coefficient put it
+    unshared ones on an idle engine (29 against 40 ms in one study), and fits that freed the coefficient put it
     at 0.53–0.77 — but under the study's traffic the saving is not there: with it, each SGLang run's decode
     scale (live / twin, 36 runs of four studies) sat 0.076 in the log below its instance's mean at
     σ = 0.5 and 0.03–0.04 above it at σ = 0.9, so a scale measured at one sharing ratio misjudged the

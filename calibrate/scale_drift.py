@@ -1,7 +1,7 @@
 """How well does what an instance measured before a run predict the scales it measures in the run? For each
 engine instance of recorded twin studies, its study runs in the order it served them, each run's own decode
 and prefill scales (``OUT/profiles/own-scale``, written by the study) against these predictors: the
-calibration trace's (what the held-out twin uses: since twin-y one 10-s trace per cell, pooled, which
+calibration trace's (what the held-out twin uses: one 10-s trace per cell, pooled, which
 the profile holds and this row reads), the run before's (the tracking twin's), and the
 calibration trace pooled with the instance's first run (weighted by what each measured over: what a
 calibration trace as long as both would have given), and the family's calibration traces (the geometric

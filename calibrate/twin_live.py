@@ -44,8 +44,8 @@ KNEE_PROBES = "sglang-lpm"
 # recorded studies on their probes filtered to this plan moved each one's per-engine counts by at most 2 of 15.
 # Its cached-prefix probes add the study's own request shapes (L = 2,048: 205 new tokens over a cached
 # 1,843 at σ = 0.9, 1,024 over 1,024 at σ = 0.5): fitted without them, two SGLang instances whose probes
-# agreed within 5 % priced 205 over 1,843 at 85 and 95 ms, and twin-k's SGLang LPM TTFT p50 at λ = 0.39 moved
-# by 5–25 % with the profile (twin-k, twin-l). Probed, the shape is priced as measured (twin-m: 89 against
+# agreed within 5 % priced 205 over 1,843 at 85 and 95 ms, and an earlier study's SGLang LPM TTFT p50 at λ = 0.39 moved
+# by 5–25 % with the profile (two studies). Probed, the shape is priced as measured (the next study: 89 against
 # 88 ms), and SGLang's TTFT under load is still underestimated: docs/twin-study.md.
 SHARINGS = (0.9, 0.5)            # the cells' sharing ratios σ: the rate sweep's, then the sharing sweep's
 
@@ -67,7 +67,7 @@ def request_shape(sharing: float) -> tuple[int, int]:
 STUDY_CACHED = (*ProbePlan().cached, *(request_shape(s) for s in SHARINGS))
 STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
 # SGLang's default configuration also probes the σ = 0.9 shape 2, 4 and 8 at once, as agent workers arrive:
-# a fit on lone prefills cannot tell a prefill step's fixed cost from each request's (twin-n's instance:
+# a fit on lone prefills cannot tell a prefill step's fixed cost from each request's (an earlier study's instance:
 # 91 ms alone, 81-92 ms per request in batches; fitted 12 ms per step and 3.2 ms per request against a
 # lone-prefill fit's 15.2 ms per step and none per request; docs/cost-model.md)
 BATCHED = tuple((*request_shape(SHARINGS[0]), k) for k in (2, 4, 8))
@@ -80,15 +80,15 @@ PROBED: dict[str, tuple[str, ProbePlan]] = {
     "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", CHUNK_PLAN),
     "sglang-lpm": ("sglang", SGLANG_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
 CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration traces: not a study seed;
-# CALIBRATION_S seconds of them in all, spread evenly over the cells (``calibration_scenario``; since twin-s
-# each starts with its first DAG; one 30-s trace of the first cell until twin-x, one per cell since twin-y)
+# CALIBRATION_S seconds of them in all, spread evenly over the cells (``calibration_scenario``; each
+# starts with its first DAG; studies recorded before per-cell traces hold one 30-s trace of the first cell)
 # ``--warm-up``: agent traffic an instance serves before its calibration traces, used by no twin. Seed
 # WARM_UP_SEED is neither a study seed nor the calibration's. On a CPU without AVX-512 a fresh SGLang instance
 # decoded its first 30 s of agent traffic at 1.36–1.45 of its profile and the next 60 s at 0.95–1.07, and every
 # instance of two studies decoded 6–28 % faster in its runs than in its calibration traces (docs/twin-study.md,
 # "Hosts differ"); off by default until a study has tested it held out.
 WARM_UP_SEED = 4
-# each study run's trace, seconds: 40 since twin-k (45 before; 45 runs of it are most of the study's time)
+# each study run's trace, seconds: 40 (45 in the first studies; 45 runs of it are most of the study's time)
 RUN_S = 40.0
 
 Cells = list[tuple[float, float]]
@@ -118,7 +118,7 @@ def calibration_dir(out: Path, label: str, cell_name: str) -> Path:
 
 
 def calibration_dirs(out: Path, label: str) -> list[Path]:
-    """The instance's recorded calibration traces, in the order it served them: one per cell (since twin-y),
+    """The instance's recorded calibration traces, in the order it served them: one per cell,
     or the single trace of a study recorded before (``calibration/<label>/seed-0``)."""
     root = out / "calibration" / label
     found = [root / f"seed-{CALIBRATION_SEED}"] + sorted(root.glob(f"*/seed-{CALIBRATION_SEED}"))
@@ -126,9 +126,9 @@ def calibration_dirs(out: Path, label: str) -> list[Path]:
 
 
 def single_trace_calibration(out: Path, label: str) -> bool:
-    """Whether the instance was calibrated on one trace of the first cell (a study recorded before
-    twin-y): it keeps it, and resuming or regenerating that study records no per-cell traces beside it
-    (they would come from a new instance, not the one that served the runs)."""
+    """Whether the instance was calibrated on one trace of the first cell (a study recorded before per-cell
+    calibration traces): it keeps it, and resuming or regenerating that study records no per-cell traces
+    beside it (they would come from a new instance, not the one that served the runs)."""
     return (out / "calibration" / label / f"seed-{CALIBRATION_SEED}" / "run.json").is_file()
 
 

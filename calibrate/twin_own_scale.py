@@ -19,8 +19,8 @@ what the instance measured in the run before it (the calibration trace for the f
 run itself enters its twin — it predicts the next run from the instance's recent past, as a twin
 following a live engine would.
 
-An instance's speed also moves *within* a study by more than a 30-s trace can pin down: on the AMD EPYC
-studies (``twin-s``, ``twin-t``) a run's decode scale is uncorrelated with the same trace's on another
+An instance's speed also moves *within* a study by more than a 30-s trace can pin down: on two AMD EPYC
+studies (docs/twin-study.md, "A third CPU") a run's decode scale is uncorrelated with the same trace's on another
 instance or in the other study (r = −0.14 over 45 pairs), so what a run measured is mostly the run's
 own noise, and one 30-s calibration trace carries as much of it as any run. The cross-validated twin
 (``other_seeds``) pools, for each run, what its instance measured on its calibration trace and on every

@@ -3,18 +3,18 @@
 log, ``--vllm-step-log``) its front-end loop (``with_front_end``: calibrate.vllm_front_end).
 
 **Prefill scale.** An SGLang instance's forwards with prefill ran 1.00–1.07× their probe-fitted price on the
-calibration traces of `twin-o`'s three SGLang instances and 0.97–1.40× (Σ measured / Σ priced) in their
-study runs: the instance's prefill speed under load, as ``decode_scale`` is its decode speed. vLLM writes
-no step log; its prefill scale comes from the requests a run served alone (``calibrate.lone_prefill``:
-0.98–1.21 on the calibration traces of `twin-i` to `twin-p`). Each instance's profile takes the scale its
-calibration trace measured (held out); the tracking twin the scale of the run before
-(``calibrate.twin_own_scale``).
+calibration traces of one study's three SGLang instances (docs/twin-study.md, "Every SGLang forward logged")
+and 0.97–1.40× (Σ measured / Σ priced) in their study runs: the instance's prefill speed under load, as
+``decode_scale`` is its decode speed. vLLM writes no step log; its prefill scale comes from the requests a run
+served alone (``calibrate.lone_prefill``: 0.98–1.21 on the calibration traces of eight studies). Each
+instance's profile takes the scale its calibration trace measured (held out); the tracking twin the scale of
+the run before (``calibrate.twin_own_scale``).
 
 **Latencies outside its forwards** (``--no-path-latencies`` leaves them out): the front end's (send to
-the scheduler's receipt: 4.0–6.2 ms at an idle scheduler in 26 of `twin-o`'s 27 SGLang runs) and the
+the scheduler's receipt: 4.0–6.2 ms at an idle scheduler in 26 of that study's 27 SGLang runs) and the
 output path's (results processed to the first token at the client: 2.4–5.9 ms median per run, 9.6 in
 one under load), measured on the calibration trace. Fitted with them, the probes put less in each
-prefill step (`twin-o`: 10.1 ms per step instead of 17.1), whose forwards the calibration trace then
+prefill step (that study: 10.1 ms per step instead of 17.1), whose forwards the calibration trace then
 measures at a prefill scale of its own (1.04–1.12 instead of 1.00–1.07).
 
 They are latencies, not engine time: a request's dependants are sent when its last token reaches the

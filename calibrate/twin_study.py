@@ -402,7 +402,7 @@ def summarise(out: Path, conditions: list[tuple[float, float]], repeats: list[Pa
     if calibrated:
         head += [f"## Decode scale per engine instance (calibration traces: seed {CALIBRATION_SEED}, "
                  f"{CALIBRATION_S:g} s spread over the cells, pooled — one 30-s trace of the first cell in studies "
-                 "before twin-y; "
+                 "recorded before per-cell traces; "
                  "live / twin mean decode gap by streaming count)\n",
                  to_markdown(scales), ""]
     head += host_speed_part(out)

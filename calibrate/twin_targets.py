@@ -34,8 +34,8 @@ def study_tables(sbs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
 def per_config_means(sbs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and metric, the cell's value — the mean over its seeds — measured and simulated,
     and the relative error of the simulated cell value (``rel_error``, what the per-engine targets check);
-    beside it, in how many seeds the run's own twin was within the per-engine tolerance. (Until twin-s
-    the error was the mean of the seeds' relative errors, in which a seed 34 % fast and two 13-19 % slow
+    beside it, in how many seeds the run's own twin was within the per-engine tolerance. (In the first
+    studies the error was the mean of the seeds' relative errors, in which a seed 34 % fast and two 13-19 % slow
     cancelled to 1 %.)"""
     sbs = sbs.assign(within=sbs["rel_error"].abs() <= ENGINE_TOLERANCE)
     g = sbs.groupby(["config", "metric"], as_index=False)

@@ -228,7 +228,7 @@ def test_a_cells_per_engine_error_is_that_of_its_mean_over_seeds():
     """A per-engine target is checked on the cell's value (the mean over its seeds), as the report shows
     it: one seed's twin 34 % fast and two 13–19 % slow do not cancel into a met check."""
     from calibrate.twin_targets import per_config_means
-    live, twin = [1.59, 5.70, 1.38], [1.79, 3.75, 1.64]     # twin-s: SGLang LPM 512, λ = 0.66, E2E p50 by seed
+    live, twin = [1.59, 5.70, 1.38], [1.79, 3.75, 1.64]     # one study: SGLang LPM 512, λ = 0.66, E2E p50 by seed
     pairs = enumerate(zip(live, twin, strict=True))
     sbs = pd.DataFrame([{"config": "sglang-lpm-c512", "seed": k + 1, "metric": "e2e_p50", "measured": a,
                          "simulated": b, "rel_error": (b - a) / a} for k, (a, b) in pairs])

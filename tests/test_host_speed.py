@@ -23,7 +23,7 @@ def _study(root: Path) -> Path:
     """A vLLM 512 instance: a calibration trace at 0-10 s, study runs at 20-30 s (its forwards as fast) and
     40-50 s (three times slower), each timed on 1-3-request decode forwards; larger or prefilling forwards
     are not counted. An SGLang LPM instance with one calibration trace and one run at half its speed."""
-    out = root / "twin-x"
+    out = root / "study-a"
     _run(out, "calibration/vllm-c512/rate0.4-sigma0.9/seed-0", 0, 10)
     _run(out, "live/rate0.4-sigma0.9/vllm-c512/seed-1", 20, 10)
     _run(out, "live/rate0.4-sigma0.9/vllm-c512/seed-2", 40, 10)

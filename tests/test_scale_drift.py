@@ -22,7 +22,7 @@ def _profile(path: Path, decode: tuple[float, int], prefill: tuple[float, int] |
 
 
 def _study(root: Path) -> Path:
-    out = root / "twin-x"
+    out = root / "study-a"
     _profile(out / "profiles" / "sglang-lpm.yaml", (1.2, 100), (1.1, 10))
     # served in the order seed-3, seed-1, seed-2 (start times), whatever their names
     for seed, start, decode in (("seed-1", 200.0, (1.1, 300)), ("seed-2", 300.0, (1.3, 300)),

@@ -31,7 +31,7 @@ def _study(root: Path) -> Path:
     """An SGLang LPM instance: a 10-s calibration trace of 1- to 3-request forwards at its speed, then a 20-s
     run whose first 10 s run at that speed with 4-request forwards only (costlier, not slower: a size its
     calibration never saw) and whose last 10 s run 1.4 times slower."""
-    out = root / "twin-x"
+    out = root / "study-a"
     _run(out, "calibration/sglang-lpm/rate0.4-sigma0.9/seed-0", 0, 10)
     _run(out, "live/rate0.4-sigma0.9/sglang-lpm/seed-1", 20, 20)
     ev = [_decode(0.2 * k, 1 + k % 3, 1.0) for k in range(40)]

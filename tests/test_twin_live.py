@@ -207,8 +207,8 @@ def test_an_instances_calibration_traces_are_read_in_the_order_it_served_them(tm
 
 
 def test_a_study_calibrated_on_one_trace_records_no_per_cell_traces_when_resumed(tmp_path: Path) -> None:
-    """Regenerating (or resuming) a study recorded before twin-y, whose instances each served one
-    calibration trace, starts no engine for per-cell traces: they would come from a new instance."""
+    """Regenerating (or resuming) a study recorded before per-cell calibration traces, whose instances each served
+    one calibration trace, starts no engine for per-cell traces: they would come from a new instance."""
     cells = [(0.36, 0.9), (0.66, 0.9)]
     for r, s in cells:
         for seed in (1, 2):
