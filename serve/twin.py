@@ -82,7 +82,8 @@ class Twin:
             if cost.front_end_loop is not None or cost.delivery_latency > 0:
                 raise SpecError(f"--hardware {spec.hardware}: a profile with a fitted front end (a CPU instance's "
                                 "calibration) cannot be served; serve a GPU profile (l4, h100, a100-80g, …)")
-            self.replicas.append(Replica(self.env, sched, cost, tel, self._finished, check_every))
+            # step by step: a fast-forwarded run would emit its tokens before the clock reaches them
+            self.replicas.append(Replica(self.env, sched, cost, tel, self._finished, check_every, fast_forward=False))
         self.cluster: Cluster | None = None
         if self.routed:
             c = spec.cluster

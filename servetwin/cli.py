@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--chunks", action="store_true", help="record every token's emission time")
     p.add_argument("--timeout", type=float, default=300.0, help="client request timeout, s")
+    p.add_argument("--no-fast-forward", dest="fast_forward", action="store_false",
+                   help="advance every engine step as its own event (the reference mode; by default runs of pure "
+                        "decode steps nothing can change are advanced at once, with the same results)")
     _add_cluster_args(p)
     p.set_defaults(fn=c.cmd_simulate)
 

@@ -142,11 +142,11 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     trace = _trace_for(a)
     if spec is None:
         rec = simulate(trace, a.engine, a.hardware, a.model, parse_overrides(a.set), a.context,
-                       timeout_s=a.timeout, record_tokens=a.chunks)
+                       timeout_s=a.timeout, record_tokens=a.chunks, fast_forward=a.fast_forward)
     else:
         from simulator.cluster_run import simulate_cluster
         rec = simulate_cluster(trace, spec, a.hardware, a.model, a.context, timeout_s=a.timeout,
-                               record_tokens=a.chunks)
+                               record_tokens=a.chunks, fast_forward=a.fast_forward)
     write_run(rec, a.out, inputs=inputs)
     code = _run_summary(rec, a.out)
     if spec is not None:

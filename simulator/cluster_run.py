@@ -31,7 +31,7 @@ from simulator.workload import DagDriver
 def simulate_cluster(trace: Trace, spec: ClusterSpec, hardware: str | HardwareProfile = "l4",
                      model: str | ModelProfile = "llama-3.1-8b", context: int | None = 16384,
                      timeout_s: float = 300.0, record_tokens: bool = False, check_every: int = 0,
-                     telemetry_interval_s: float = 1.0) -> RunRecord:
+                     telemetry_interval_s: float = 1.0, fast_forward: bool = True) -> RunRecord:
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
     mp = load_model(model) if isinstance(model, str) else model
     overrides = dict(spec.overrides)
@@ -48,7 +48,8 @@ def simulate_cluster(trace: Trace, spec: ClusterSpec, hardware: str | HardwarePr
         sched = make_scheduler(cfg)
         cost = CostModel(hw, mp, sched.family, cfg.tensor_parallel_size, graph_limit(cfg),
                          full_extend_attention(cfg))
-        replicas.append(Replica(env, sched, cost, tel, lambda r: cluster.finished(r), check_every))
+        replicas.append(Replica(env, sched, cost, tel, lambda r: cluster.finished(r), check_every,
+                                fast_forward=fast_forward))
     cluster = Cluster(env, replicas, router, tels)
     driver = DagDriver(env, trace, cluster.submit, cluster.abort, timeout_s, record_tokens)
     cluster.on_finish = driver.finished

@@ -25,7 +25,7 @@ from typing import Any
 
 import simpy
 
-from simulator.cost_model import CostModel
+from simulator.cost_model import BatchShape, CostModel
 from simulator.front_end import FrontEnd, Intake
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler, Step
@@ -48,8 +48,14 @@ def step_event(step: Step, t0: float) -> dict[str, Any]:
 class Replica:
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, telemetry: Telemetry,
                  on_finish: Callable[[Request], None], check_every: int = 0,
-                 step_log: list[dict[str, Any]] | None = None):
+                 step_log: list[dict[str, Any]] | None = None, fast_forward: bool = True):
         self.env, self.sched, self.cost, self.tel = env, scheduler, cost, telemetry
+        # decode runs in one event (simulator.fast_forward) where the family implements them and nothing
+        # per step is observed (a step log, a front-end loop streaming each step)
+        self.fast_forward = (fast_forward and step_log is None and cost.front_end_loop is None
+                             and hasattr(scheduler, "decode_run"))
+        self.runs = 0                             # decode runs fast-forwarded, steps they covered
+        self.run_steps = 0
         self.step_log = step_log
         self.on_finish = on_finish
         self.check_every = check_every
@@ -141,6 +147,11 @@ class Replica:
         env, sched = self.env, self.sched
         while True:
             self._apply_aborts()
+            if self.fast_forward and sched.running:
+                end = self._decode_run()
+                if end is not None:
+                    yield env.timeout(end - env.now)
+                    continue
             step = sched.schedule(env.now, self.step_id) if sched.has_work else None
             self._drain_rejected()
             if step is None:
@@ -180,3 +191,40 @@ class Replica:
                     self.front.check_integrity()
             for r in done:
                 self._deliver(r)
+
+    def _decode_run(self) -> float | None:
+        """Apply the decode run the scheduler would take next, as far as it ends before the next event on the
+        clock; returns when its last step ends (None: no run of two steps or more)."""
+        plan = self.sched.decode_run()  # type: ignore[attr-defined]
+        if plan is None:
+            return None
+        horizon = self.env.peek()
+        now = self.env.now
+        n = len(plan.reqs)
+        times, durs = [now], []
+        t = now
+        for i in range(plan.max_steps):
+            shape = BatchShape(decodes=n, decode_ctx=plan.ctx0 + n * i, decode_distinct=plan.distinct[i])
+            dur = self.cost.step_time(shape)
+            if not t + dur < horizon:
+                break
+            t = t + dur
+            times.append(t)
+            durs.append(dur)
+        k = len(durs)
+        if k < 2:
+            return None
+        self.sched.apply_decode_run(plan, k, times, self.step_id)  # type: ignore[attr-defined]
+        c = self.sched.counters
+        waiting, running = len(self.sched.waiting), len(self.sched.running)
+        for i in range(k):
+            self.busy_s += durs[i]
+            self.tel.sample(times[i + 1], plan.kv_usage[i], waiting, running, c.preemptions, c.prefix_hit_tokens,
+                            c.prefix_query_tokens)
+        first = self.step_id
+        self.step_id += k
+        self.runs += 1
+        self.run_steps += k
+        if self.check_every and self.step_id // self.check_every > first // self.check_every:
+            self.sched.check_integrity()
+        return t

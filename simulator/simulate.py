@@ -69,10 +69,11 @@ def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
              model: str | ModelProfile = "llama-3.1-8b", overrides: dict[str, Any] | None = None,
              context: int | None = 16384, timeout_s: float = 300.0, record_tokens: bool = False,
              check_every: int = 0, telemetry_interval_s: float = 1.0,
-             step_log: list[dict[str, Any]] | None = None) -> RunRecord:
+             step_log: list[dict[str, Any]] | None = None, fast_forward: bool = True) -> RunRecord:
     """Simulate one engine replica serving ``trace``; returns a RunRecord (times from the run's start).
     With a ``step_log`` list, every step is appended to it as the engine's step log writes a forward
-    (simulator/engine.py)."""
+    (simulator/engine.py). ``fast_forward=False`` advances every step as its own event (the reference mode;
+simulator.fast_forward)."""
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
     mp = load_model(model) if isinstance(model, str) else model
     cfg = resolve(engine, hw, mp, context, overrides)
@@ -83,7 +84,7 @@ def simulate(trace: Trace, engine: str, hardware: str | HardwareProfile = "l4",
     env = simpy.Environment()
     tel = Telemetry(telemetry_interval_s)
     driver: DagDriver
-    replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every, step_log)
+    replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every, step_log, fast_forward)
     driver = DagDriver(env, trace, replica.submit, replica.abort, timeout_s, record_tokens)
     env.run()
     reqs = _requests_frame(driver.requests, trace)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from simulator.config import SglangConfig
 from simulator.cost_model import BatchShape
+from simulator.fast_forward import DecodeRun
 from simulator.radix_cache import Node, RadixCache
 from simulator.request import Request
 from simulator.schedulers.base import SchedulerBase, Step
@@ -373,6 +374,42 @@ class SglangScheduler(SchedulerBase):
         if self.inline:
             self.unreported, done = done, reported
         return done
+
+    # --- decode fast-forward (simulator.fast_forward) ------------------------------------------------
+    def decode_run(self, max_steps: int = 256) -> DecodeRun | None:
+        """The pure-decode run the next steps would be: nothing waits to be received, admitted (none waits,
+        or the batch is full until a request leaves), chunked, released or put in the tree; every decode's
+        slots are free without eviction; none finishes. An inline forward (a CPU) streams each step late:
+        step by step there."""
+        run = self.running
+        bs = len(run)
+        if (not bs or self.inline or self.inbox or self.being_chunked is not None or self.lame_ducks
+                or self.unprocessed or (self.waiting and not self.batch_is_full)
+                or any(r.in_prefill for r in run)):
+            return None
+        steps = min(min(r.max_tokens - r.output_len for r in run) - 1, max_steps, self.available // bs)
+        if steps < 2:
+            return None
+        total, ev, held = self.total, self.tree.evictable_size, self.tree.protected_size + self.private
+        avail = [self.available - bs * i for i in range(1, steps + 1)]
+        return DecodeRun(list(run), sum(r.num_computed for r in run), [held + bs * i for i in range(1, steps + 1)],
+                         [(total - a - ev) / total for a in avail])
+
+    def apply_decode_run(self, plan: DecodeRun, k: int, times: list[float], step_id: int) -> None:
+        end = times[k]
+        for r in plan.reqs:
+            r.engine.kv_len += k
+            r.num_computed += k
+            r.output_len += k
+            r.last_token_s = end
+            if r.token_times is not None:
+                r.token_times.extend(times[1:k + 1])
+        n = len(plan.reqs)
+        self.available -= n * k
+        self.private += n * k
+        for _ in range(k):
+            self.ratio = max(self.ratio - self.decay, self.min_ratio)
+        self._last_step_at = times[k - 1]
 
     def abort(self, r: Request, now: float) -> None:
         """The client gave up (request timeout): drop r and free its private slots (its cached prefix

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from simulator.block_cache import AllocStatus, BlockCache
 from simulator.config import VllmV0Config
 from simulator.cost_model import BatchShape
+from simulator.fast_forward import DecodeRun, block_takes
 from simulator.request import Request
 from simulator.schedulers.base import BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
@@ -173,3 +176,85 @@ class VllmV0Scheduler(BlockSchedulerBase):
         items = decodes + partial + new
         kind = "decode" if not partial and not new else ("prefill" if not decodes else "mixed")
         return Step(kind, items, shape)
+
+    # --- decode fast-forward (simulator.fast_forward) ------------------------------------------------
+    def _head_waits(self, budget_left: int, seqs: int) -> bool:
+        """Whether ``_schedule_prefills`` would admit nothing now and, blocks only ever getting scarcer during
+        a decode run, nothing until a request leaves (a reject or an admission ends the run)."""
+        if not self.waiting:
+            return True
+        if self.cfg.scheduling_policy != "fcfs":
+            return False
+        r = self.waiting[0]
+        n = r.fill_len
+        if n > self.prompt_limit:
+            return False
+        status = self.cache.can_allocate(n, self.watermark_blocks)
+        if status is AllocStatus.LATER:
+            return True
+        if status is AllocStatus.NEVER:
+            return False
+        if self.chunked:
+            n = min(n, budget_left)
+            if n < r.fill_len and self.cache.prefix_caching:
+                n = n // self.cache.block_size * self.cache.block_size
+        return n == 0 or n > budget_left or seqs + 1 > self.cfg.max_num_seqs
+
+    def decode_run(self, max_steps: int = 256) -> DecodeRun | None:
+        """The pure-decode run the next steps would be, or None (the next step may differ from the last)."""
+        run = self.running
+        n = len(run)
+        if not n or any(r.in_prefill for r in run):
+            return None
+        budget_left = self.budget - n if self.chunked else self.budget
+        if self.chunked and (budget_left < 0 or n > self.cfg.max_num_seqs):
+            return None
+        if not self._head_waits(budget_left, n):
+            return None
+        steps = min(min(r.max_tokens - r.output_len for r in run) - 1, max_steps)
+        if steps < 2:
+            return None
+        bs = self.cache.block_size
+        fill0 = np.fromiter((r.fill_len for r in run), np.int64, n)
+        blocks0 = np.fromiter((r.engine.num_blocks for r in run), np.int64, n)
+        takes = block_takes(fill0, blocks0, bs, steps)
+        room = self.cache.num_free - 1 - np.cumsum(takes)         # growth checks num_free ≥ 1 before each
+        ok = int(np.argmin(room >= 0)) if (room < 0).any() else steps
+        if ok < 2 or (self.cache.prefix_caching and not self._fresh_outputs(run, ok)):
+            return None
+        nb = self.cache.num_blocks
+        free = (self.cache.num_free - np.cumsum(takes[:ok])).tolist()
+        return DecodeRun(list(run), sum(r.num_computed for r in run), [(nb - f) * bs for f in free],
+                         [1.0 - f / nb for f in free])
+
+    def _fresh_outputs(self, run: list[Request], steps: int) -> bool:
+        """The blocks the run fills are new to the cache (a promotion that met a cached hash would free a
+        block mid-run: step by step then)."""
+        bs, cached = self.cache.block_size, self.cache.cached
+        for r in run:
+            have = len(r.engine.hashes)
+            full = (r.num_computed + steps) // bs
+            if full > have:
+                hs = r.block_hashes(full, bs)
+                if any(int(h) in cached for h in hs[have:full]):
+                    return False
+        return True
+
+    def apply_decode_run(self, plan: DecodeRun, k: int, times: list[float], step_id: int) -> None:
+        """Apply k steps of the run: ``times[i]`` is when step i ended (times[0]: when the run started),
+        step i's id is step_id + i − 1."""
+        bs, cache = self.cache.block_size, self.cache
+        last_start, end = times[k - 1], times[k]
+        for r in plan.reqs:
+            nc0 = r.num_computed
+            cache.append_slot(r, r.fill_len + k - 1, step_id, last_start)
+            r.num_computed = nc0 + k
+            r.output_len += k
+            r.last_token_s = end
+            if r.token_times is not None:
+                r.token_times.extend(times[1:k + 1])
+            if cache.prefix_caching:
+                for d in range(len(r.engine.hashes) + 1, (nc0 + k) // bs + 1):
+                    i = max(d * bs - nc0, 1)                      # the step that filled block d
+                    cache.promote_full_blocks(r, d * bs, step_id + i - 1, times[i])
+            r.engine.last_access = last_start

@@ -1,0 +1,51 @@
+"""Decode fast-forward: a run of pure-decode steps that nothing can change, advanced in one SimPy event.
+
+Between the events that change a batch — an arrival or a dependant's release (any event on the clock), a
+prefill the scheduler would admit, a request finishing, a block the growth would lack (preemption), a client
+abort — an engine's steps are pure decodes of the same requests, each adding one token per request. Their
+durations are the cost model's for the same sums a step-by-step run would build (context grows by one token
+per request per step; distinct KV by the blocks the step allocates), so a run of K such steps can be priced
+step by step in O(1) each and its state applied once per request (tokens, blocks, promotions at the step
+and time they happen), instead of K scheduler passes over every request.
+
+Each engine family states when its next steps are such a run (``decode_run``) and applies one
+(``apply_decode_run``); a family without them runs step by step. The replica takes a run only when it ends
+strictly before the next event on the clock, so every step-by-step observation (times, telemetry samples,
+step counts) is reproduced: `--no-fast-forward` keeps the reference step-by-step mode, and
+tests/test_fast_forward.py compares the two on random scenarios.
+
+Implemented: vLLM 0.6.3 (V0, chunked and unchunked, FCFS). Not yet: vLLM V1 and SGLang (step by step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.request import Request
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """The run the scheduler would take next: its batch (in order), Σ context at its first step, and for
+    each of its first ``max_steps`` steps what a step-by-step run would read after scheduling it (the
+    decodes' distinct KV tokens) and after completing it (the KV usage the engine reports)."""
+
+    reqs: list[Request]
+    ctx0: int
+    distinct: list[int]
+    kv_usage: list[float]
+
+    @property
+    def max_steps(self) -> int:
+        return len(self.distinct)
+
+
+def block_takes(fill0: np.ndarray, blocks0: np.ndarray, block_size: int, steps: int) -> np.ndarray:
+    """Blocks allocated at each of ``steps`` decode steps: step i (1-based) grows each table to cover
+    fill0 + i − 1 tokens."""
+    i = np.arange(1, steps + 1)[:, None]
+    need = np.maximum(-(-(fill0[None, :] + i - 1) // block_size) - blocks0[None, :], 0)
+    cum = need.sum(axis=1)
+    return np.diff(np.concatenate([[0], cum])).astype(np.int64)

@@ -1,0 +1,79 @@
+"""Decode fast-forward changes nothing but speed: on random scenarios, for every preset, the per-request times,
+every token's time, the step count, the telemetry series and summary are those of the step-by-step reference mode
+(`--no-fast-forward`), and runs were actually taken where a family implements them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scenarios import compile_trace, scenario_from_dict
+from simulator import simulate
+from simulator.cluster import ClusterSpec
+from simulator.cluster_run import simulate_cluster
+from simulator.engine import Replica
+
+PRESETS = [("vllm-0.6.3", {"enable_prefix_caching": True}), ("vllm-0.6.3", {}),
+           ("vllm-0.6.3", {"enable_prefix_caching": True, "enable_chunked_prefill": True,
+                           "max_num_batched_tokens": 2048}),
+           ("vllm-v1", {}), ("sglang-0.4.1", {"mem_fraction_static": 0.85}),
+           ("sglang-0.4.1", {"disable_overlap_schedule": True, "chunked_prefill_size": 1024}),
+           ("sglang-current", {"mem_fraction_static": 0.85})]
+
+
+def _same(a, b) -> None:  # type: ignore[no-untyped-def]
+    cols = ["send_s", "first_token_s", "last_token_s", "output_tokens", "cached_tokens"]
+    np.testing.assert_allclose(a.requests[cols].to_numpy(float), b.requests[cols].to_numpy(float), rtol=1e-9)
+    assert a.requests["error"].tolist() == b.requests["error"].tolist()
+    np.testing.assert_allclose(a.chunks["t_s"].to_numpy(), b.chunks["t_s"].to_numpy(), rtol=1e-9)
+    pd.testing.assert_frame_equal(a.telemetry, b.telemetry, rtol=1e-9)
+    sa, sb = a.meta["telemetry_summary"], b.meta["telemetry_summary"]
+    assert sa.keys() == sb.keys() and all(np.isclose(sa[k], sb[k], rtol=1e-9) for k in sa), (sa, sb)
+    assert sa["steps"] == sb["steps"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(preset=st.sampled_from(range(len(PRESETS))), rate=st.sampled_from([0.05, 0.2, 0.5, 1.0]),
+       length=st.sampled_from([512, 2048, 4096]), sharing=st.sampled_from([0.0, 0.5, 0.9]),
+       out=st.integers(8, 200), seed=st.integers(0, 50))
+def test_fast_forward_gives_the_step_by_step_results(preset, rate, length, sharing, out, seed):
+    engine, over = PRESETS[preset]
+    t = compile_trace(scenario_from_dict({
+        "duration_s": 120, "seed": seed, "arrivals": {"rate": rate}, "prompts": {"length": length, "sharing": sharing},
+        "outputs": {"planner": out, "worker": out, "aggregator": 2 * out}}))
+    ref = simulate(t, engine, overrides=over, fast_forward=False, record_tokens=True, check_every=7)
+    ff = simulate(t, engine, overrides=over, record_tokens=True, check_every=7)
+    _same(ref, ff)
+
+
+def test_runs_are_taken_on_the_study_workload(monkeypatch):
+    taken: list[int] = []
+    orig = Replica._decode_run
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        end = orig(self)
+        taken.append(int(end is not None))
+        return end
+    monkeypatch.setattr(Replica, "_decode_run", counting)
+    t = compile_trace(scenario_from_dict({"duration_s": 200, "arrivals": {"rate": 0.28},
+                                          "prompts": {"length": 4096, "sharing": 0.9}}))
+    for engine, over in PRESETS[0], PRESETS[4]:
+        taken.clear()
+        ref = simulate(t, engine, overrides=over, fast_forward=False)
+        assert not taken
+        ff = simulate(t, engine, overrides=over)
+        assert sum(taken) > 20, engine
+        assert ref.meta["telemetry_summary"]["steps"] == ff.meta["telemetry_summary"]["steps"]
+
+
+def test_a_cluster_fast_forwards_to_the_same_results():
+    t = compile_trace(scenario_from_dict({"duration_s": 150, "arrivals": {"rate": 0.8},
+                                          "prompts": {"length": 2048, "sharing": 0.9, "prefix_groups": 3}}))
+    for router in ("round_robin", "cache_aware", "scored"):
+        spec = ClusterSpec(("sglang-0.4.1", "vllm-0.6.3", "sglang-0.4.1"), router)
+        ref = simulate_cluster(t, spec, fast_forward=False, record_tokens=True)
+        ff = simulate_cluster(t, spec, record_tokens=True)
+        assert ref.requests["replica"].tolist() == ff.requests["replica"].tolist()
+        _same(ref, ff)
