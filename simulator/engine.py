@@ -54,6 +54,7 @@ class Replica:
         # per step is observed (a step log, a front-end loop streaming each step)
         self.fast_forward = (fast_forward and step_log is None and cost.front_end_loop is None
                              and hasattr(scheduler, "decode_run"))
+        self._last_dur = 0.0
         self.runs = 0                             # decode runs fast-forwarded, steps they covered
         self.run_steps = 0
         self.step_log = step_log
@@ -147,7 +148,8 @@ class Replica:
         env, sched = self.env, self.sched
         while True:
             self._apply_aborts()
-            if self.fast_forward and sched.running:
+            # a run needs two steps before the next event: the last step's length says whether to look
+            if self.fast_forward and sched.running and env.peek() - env.now > 1.9 * self._last_dur:
                 end = self._decode_run()
                 if end is not None:
                     yield env.timeout(end - env.now)
@@ -172,6 +174,7 @@ class Replica:
             if step.shape.decodes:
                 step.shape.decode_distinct = sched.distinct_kv_tokens()
             dur = self.cost.step_time(step.shape)
+            self._last_dur = dur
             event = step_event(step, env.now) if self.step_log is not None else None
             yield env.timeout(dur)
             if event is not None and self.step_log is not None:
@@ -201,25 +204,29 @@ class Replica:
         horizon = self.env.peek()
         now = self.env.now
         n = len(plan.reqs)
-        times, durs = [now], []
+        times, durs, kv = [now], [], []
         t = now
-        for i in range(plan.max_steps):
-            shape = BatchShape(decodes=n, decode_ctx=plan.ctx0 + n * i, decode_distinct=plan.distinct[i])
+        i = 1
+        while (state := plan.step(i)) is not None:
+            shape = BatchShape(decodes=n, decode_ctx=plan.ctx0 + n * (i - 1), decode_distinct=state[0])
             dur = self.cost.step_time(shape)
             if not t + dur < horizon:
                 break
             t = t + dur
             times.append(t)
             durs.append(dur)
+            kv.append(state[1])
+            i += 1
         k = len(durs)
-        if k < 2:
+        if k < 2 or not plan.valid(k):
             return None
+        self._last_dur = durs[-1]
         self.sched.apply_decode_run(plan, k, times, self.step_id)  # type: ignore[attr-defined]
         c = self.sched.counters
         waiting, running = len(self.sched.waiting), len(self.sched.running)
         for i in range(k):
             self.busy_s += durs[i]
-            self.tel.sample(times[i + 1], plan.kv_usage[i], waiting, running, c.preemptions, c.prefix_hit_tokens,
+            self.tel.sample(times[i + 1], kv[i], waiting, running, c.preemptions, c.prefix_hit_tokens,
                             c.prefix_query_tokens)
         first = self.step_id
         self.step_id += k

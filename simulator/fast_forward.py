@@ -19,33 +19,27 @@ Implemented: vLLM 0.6.3 (V0, chunked and unchunked, FCFS). Not yet: vLLM V1 and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from simulator.request import Request
 
 
-@dataclass(slots=True)
-class DecodeRun:
-    """The run the scheduler would take next: its batch (in order), Σ context at its first step, and for
-    each of its first ``max_steps`` steps what a step-by-step run would read after scheduling it (the
-    decodes' distinct KV tokens) and after completing it (the KV usage the engine reports)."""
+class DecodeRun(Protocol):
+    """The run the scheduler would take next: its batch (in order) and Σ context at its first step; for step
+    i (1-based) of the run what a step-by-step run would read after scheduling it (the decodes' distinct KV
+    tokens) and after completing it (the KV usage the engine reports), or None where the run cannot go on."""
 
     reqs: list[Request]
     ctx0: int
-    distinct: list[int]
-    kv_usage: list[float]
 
-    @property
-    def max_steps(self) -> int:
-        return len(self.distinct)
+    def step(self, i: int) -> tuple[int, float] | None: ...
+
+    def valid(self, k: int) -> bool:
+        """Whether the first k steps may be applied at once (checked once k is known)."""
+        ...
 
 
-def block_takes(fill0: np.ndarray, blocks0: np.ndarray, block_size: int, steps: int) -> np.ndarray:
-    """Blocks allocated at each of ``steps`` decode steps: step i (1-based) grows each table to cover
-    fill0 + i − 1 tokens."""
-    i = np.arange(1, steps + 1)[:, None]
-    need = np.maximum(-(-(fill0[None, :] + i - 1) // block_size) - blocks0[None, :], 0)
-    cum = need.sum(axis=1)
-    return np.diff(np.concatenate([[0], cum])).astype(np.int64)
+def ceil_div(a: np.ndarray, b: int) -> np.ndarray:
+    return -(-a // b)

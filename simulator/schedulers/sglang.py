@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from simulator.config import SglangConfig
 from simulator.cost_model import BatchShape
-from simulator.fast_forward import DecodeRun
 from simulator.radix_cache import Node, RadixCache
 from simulator.request import Request
 from simulator.schedulers.base import SchedulerBase, Step
@@ -376,7 +375,7 @@ class SglangScheduler(SchedulerBase):
         return done
 
     # --- decode fast-forward (simulator.fast_forward) ------------------------------------------------
-    def decode_run(self, max_steps: int = 256) -> DecodeRun | None:
+    def decode_run(self) -> SgDecodeRun | None:
         """The pure-decode run the next steps would be: nothing waits to be received, admitted (none waits,
         or the batch is full until a request leaves), chunked, released or put in the tree; every decode's
         slots are free without eviction; none finishes. An inline forward (a CPU) streams each step late:
@@ -387,15 +386,10 @@ class SglangScheduler(SchedulerBase):
                 or self.unprocessed or (self.waiting and not self.batch_is_full)
                 or any(r.in_prefill for r in run)):
             return None
-        steps = min(min(r.max_tokens - r.output_len for r in run) - 1, max_steps, self.available // bs)
-        if steps < 2:
-            return None
-        total, ev, held = self.total, self.tree.evictable_size, self.tree.protected_size + self.private
-        avail = [self.available - bs * i for i in range(1, steps + 1)]
-        return DecodeRun(list(run), sum(r.num_computed for r in run), [held + bs * i for i in range(1, steps + 1)],
-                         [(total - a - ev) / total for a in avail])
+        steps = min(min(r.max_tokens - r.output_len for r in run) - 1, self.available // bs)
+        return SgDecodeRun(self, steps) if steps >= 2 else None
 
-    def apply_decode_run(self, plan: DecodeRun, k: int, times: list[float], step_id: int) -> None:
+    def apply_decode_run(self, plan: SgDecodeRun, k: int, times: list[float], step_id: int) -> None:
         end = times[k]
         for r in plan.reqs:
             r.engine.kv_len += k
@@ -447,3 +441,23 @@ class SglangScheduler(SchedulerBase):
         priv = sum(r.engine.kv_len - r.engine.prefix_len for r in live if r.engine is not None)
         assert priv == self.private, f"private slots {priv} != counter {self.private}"
         assert len(self.running) <= (self.cfg.max_running_requests or 0), "max_running_requests exceeded"
+
+
+class SgDecodeRun:
+    """An SGLang decode run (simulator.fast_forward.DecodeRun): each step takes one slot per request."""
+
+    def __init__(self, sched: SglangScheduler, steps: int):
+        self.steps = steps
+        self.reqs = list(sched.running)
+        self.ctx0 = sum(r.num_computed for r in self.reqs)
+        self._total, self._ev = sched.total, sched.tree.evictable_size
+        self._held, self._avail = sched.tree.protected_size + sched.private, sched.available
+
+    def step(self, i: int) -> tuple[int, float] | None:
+        if i > self.steps:
+            return None
+        n = len(self.reqs) * i
+        return self._held + n, (self._total - (self._avail - n) - self._ev) / self._total
+
+    def valid(self, k: int) -> bool:
+        return True
