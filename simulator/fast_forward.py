@@ -14,14 +14,13 @@ strictly before the next event on the clock, so every step-by-step observation (
 step counts) is reproduced: `--no-fast-forward` keeps the reference step-by-step mode, and
 tests/test_fast_forward.py compares the two on random scenarios.
 
-Implemented: vLLM 0.6.3 (V0, chunked and unchunked, FCFS). Not yet: vLLM V1 and SGLang (step by step).
+Implemented: vLLM 0.6.3 (V0, chunked and unchunked, FCFS), vLLM V1 (FCFS) and SGLang (a GPU's overlap
+scheduler and none; a CPU's inline forward runs step by step).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-
-import numpy as np
 
 from simulator.request import Request
 
@@ -39,7 +38,3 @@ class DecodeRun(Protocol):
     def valid(self, k: int) -> bool:
         """Whether the first k steps may be applied at once (checked once k is known)."""
         ...
-
-
-def ceil_div(a: np.ndarray, b: int) -> np.ndarray:
-    return -(-a // b)

@@ -59,7 +59,7 @@ def test_runs_are_taken_on_the_study_workload(monkeypatch):
     monkeypatch.setattr(Replica, "_decode_run", counting)
     t = compile_trace(scenario_from_dict({"duration_s": 200, "arrivals": {"rate": 0.28},
                                           "prompts": {"length": 4096, "sharing": 0.9}}))
-    for engine, over in PRESETS[0], PRESETS[4]:
+    for engine, over in PRESETS[0], PRESETS[3], PRESETS[4]:
         taken.clear()
         ref = simulate(t, engine, overrides=over, fast_forward=False)
         assert not taken

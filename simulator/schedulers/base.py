@@ -7,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from simulator.cost_model import BatchShape
 from simulator.request import Request
 
@@ -122,6 +124,21 @@ class BlockSchedulerBase(SchedulerBase):
             self.running = [r for r in self.running if id(r) not in fin]
         return done
 
+    def fresh_outputs(self, run: list[Request], steps: int) -> bool:
+        """The blocks a decode run of ``steps`` fills are new to the cache (a promotion that met a cached hash
+        would free a block mid-run: step by step then)."""
+        if not self.cache.prefix_caching:
+            return True
+        bs, cached = self.cache.block_size, self.cache.cached
+        for r in run:
+            have = len(r.engine.hashes)
+            full = (r.num_computed + steps) // bs
+            if full > have:
+                hs = r.block_hashes(full, bs)
+                if any(int(h) in cached for h in hs[have:full]):
+                    return False
+        return True
+
     def abort(self, r: Request, now: float) -> None:
         """The client gave up (request timeout): drop r wherever it is and free its blocks."""
         if r in self.waiting:
@@ -134,3 +151,32 @@ class BlockSchedulerBase(SchedulerBase):
         self.cache.check_integrity(self.running)
         assert len(self.running) <= self.max_seqs, "max_num_seqs exceeded"
         assert all(r.engine is None for r in self.waiting), "a waiting request holds blocks"
+
+
+class BlockDecodeRun:
+    """A decode run over a BlockCache (simulator.fast_forward.DecodeRun): step i grows each table to cover its
+    fill length + i − 1 tokens; every growth check must find a block beyond ``reserve`` (vLLM V0 wants one
+    free block before every append, V1 only the blocks it takes)."""
+
+    def __init__(self, sched: BlockSchedulerBase, steps: int, reserve: int):
+        self.sched, self.steps, self.reserve = sched, steps, reserve
+        self.reqs = list(sched.running)
+        self.ctx0 = sum(r.num_computed for r in self.reqs)
+        n = len(self.reqs)
+        self._fill0 = np.fromiter((r.fill_len for r in self.reqs), np.int64, n)
+        self._blocks0 = np.fromiter((r.engine.num_blocks for r in self.reqs), np.int64, n)
+        self._bs = sched.cache.block_size
+        self._nb = sched.cache.num_blocks
+        self._free0 = sched.cache.num_free
+
+    def step(self, i: int) -> tuple[int, float] | None:
+        if i > self.steps:
+            return None
+        need = int(np.maximum(-(-(self._fill0 + i - 1) // self._bs) - self._blocks0, 0).sum())
+        free = self._free0 - need
+        if free < self.reserve:
+            return None
+        return (self._nb - free) * self._bs, 1.0 - free / self._nb
+
+    def valid(self, k: int) -> bool:
+        return self.sched.fresh_outputs(self.reqs, k)

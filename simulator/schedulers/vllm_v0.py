@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
-
 from simulator.block_cache import AllocStatus, BlockCache
 from simulator.config import VllmV0Config
 from simulator.cost_model import BatchShape
-from simulator.fast_forward import ceil_div
 from simulator.request import Request
-from simulator.schedulers.base import BlockSchedulerBase, Step
+from simulator.schedulers.base import BlockDecodeRun, BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
 
 
@@ -200,7 +197,7 @@ class VllmV0Scheduler(BlockSchedulerBase):
                 n = n // self.cache.block_size * self.cache.block_size
         return n == 0 or n > budget_left or seqs + 1 > self.cfg.max_num_seqs
 
-    def decode_run(self) -> V0DecodeRun | None:
+    def decode_run(self) -> BlockDecodeRun | None:
         """The pure-decode run the next steps would be, or None (the next step may differ from the last)."""
         run = self.running
         n = len(run)
@@ -212,29 +209,9 @@ class VllmV0Scheduler(BlockSchedulerBase):
         if not self._head_waits(budget_left, n):
             return None
         steps = min(r.max_tokens - r.output_len for r in run) - 1
-        return V0DecodeRun(self, steps) if steps >= 2 else None
+        return BlockDecodeRun(self, steps, reserve=1) if steps >= 2 else None
 
-    def fresh_outputs(self, run: list[Request], steps: int) -> bool:
-        """The blocks a run of ``steps`` fills are new to the cache (a promotion that met a cached hash would
-        free a block mid-run: step by step then)."""
-        if not self.cache.prefix_caching:
-            return True
-        return self._fresh_outputs(run, steps)
-
-    def _fresh_outputs(self, run: list[Request], steps: int) -> bool:
-        """The blocks the run fills are new to the cache (a promotion that met a cached hash would free a
-        block mid-run: step by step then)."""
-        bs, cached = self.cache.block_size, self.cache.cached
-        for r in run:
-            have = len(r.engine.hashes)
-            full = (r.num_computed + steps) // bs
-            if full > have:
-                hs = r.block_hashes(full, bs)
-                if any(int(h) in cached for h in hs[have:full]):
-                    return False
-        return True
-
-    def apply_decode_run(self, plan: V0DecodeRun, k: int, times: list[float], step_id: int) -> None:
+    def apply_decode_run(self, plan: BlockDecodeRun, k: int, times: list[float], step_id: int) -> None:
         """Apply k steps of the run: ``times[i]`` is when step i ended (times[0]: when the run started),
         step i's id is step_id + i − 1."""
         bs, cache = self.cache.block_size, self.cache
@@ -253,29 +230,3 @@ class VllmV0Scheduler(BlockSchedulerBase):
                     cache.promote_full_blocks(r, d * bs, step_id + i - 1, times[i])
             r.engine.last_access = last_start
 
-
-class V0DecodeRun:
-    """A vLLM V0 decode run (simulator.fast_forward.DecodeRun): step i grows each table to cover its fill
-    length + i − 1 tokens; the growth check wants a free block before every append."""
-
-    def __init__(self, sched: VllmV0Scheduler, steps: int):
-        self.sched, self.steps = sched, steps
-        self.reqs = list(sched.running)
-        self.ctx0 = sum(r.num_computed for r in self.reqs)
-        self._fill0 = np.fromiter((r.fill_len for r in self.reqs), np.int64, len(self.reqs))
-        self._blocks0 = np.fromiter((r.engine.num_blocks for r in self.reqs), np.int64, len(self.reqs))
-        self._bs = sched.cache.block_size
-        self._nb = sched.cache.num_blocks
-        self._free0 = sched.cache.num_free
-
-    def step(self, i: int) -> tuple[int, float] | None:
-        if i > self.steps:
-            return None
-        need = int(np.maximum(ceil_div(self._fill0 + i - 1, self._bs) - self._blocks0, 0).sum())
-        free = self._free0 - need
-        if free < 1:
-            return None
-        return (self._nb - free) * self._bs, 1.0 - free / self._nb
-
-    def valid(self, k: int) -> bool:
-        return self.sched.fresh_outputs(self.reqs, k)

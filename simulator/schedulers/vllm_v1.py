@@ -17,7 +17,7 @@ from simulator.block_cache import BlockCache, evictable_among, share_hits
 from simulator.config import VllmV1Config
 from simulator.cost_model import BatchShape
 from simulator.request import Request
-from simulator.schedulers.base import BlockSchedulerBase, Step
+from simulator.schedulers.base import BlockDecodeRun, BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
 
 
@@ -130,3 +130,49 @@ class VllmV1Scheduler(BlockSchedulerBase):
             return None
         kind = "decode" if shape.is_pure_decode else ("prefill" if shape.decodes == 0 else "mixed")
         return Step(kind, items, shape)
+
+    # --- decode fast-forward (simulator.fast_forward) ------------------------------------------------
+    def _waiting_blocked(self, budget: int) -> bool:
+        """Whether ``_schedule_waiting`` would admit nothing now and, blocks only getting scarcer and cached
+        hits fewer during a decode run, nothing until a request leaves."""
+        if not self.waiting or budget <= 0 or len(self.running) >= (self.cfg.max_num_seqs or 0):
+            return True
+        if self.cfg.scheduling_policy != "fcfs":
+            return False
+        r = self.waiting[0]
+        if r.fill_len > (self.cfg.max_model_len or 0):
+            return False
+        hit = self._hit_blocks(r)
+        n = min(r.fill_len - hit * self.cache.block_size, budget)
+        reserve = r.fill_len if self.cfg.scheduler_reserve_full_isl else hit * self.cache.block_size + n
+        need = self.cache.blocks_for(reserve) - hit + evictable_among(self.cache, r, hit)
+        return need > self.cache.num_free - self.watermark_blocks
+
+    def decode_run(self) -> BlockDecodeRun | None:
+        """The pure-decode run the next steps would be (every running request decodes within the budget,
+        none is preempted, nothing is admitted, none finishes), or None."""
+        run = self.running
+        n = len(run)
+        budget = (self.cfg.max_num_batched_tokens or 0) - n
+        if not n or budget < 0 or any(r.in_prefill for r in run) or not self._waiting_blocked(budget):
+            return None
+        steps = min(r.max_tokens - r.output_len for r in run) - 1
+        return BlockDecodeRun(self, steps, reserve=0) if steps >= 2 else None
+
+    def apply_decode_run(self, plan: BlockDecodeRun, k: int, times: list[float], step_id: int) -> None:
+        """Apply k steps: step i grows each table and registers its newly full blocks when it is scheduled
+        (``times[i - 1]``), as ``_grow`` does."""
+        bs, cache = self.cache.block_size, self.cache
+        end = times[k]
+        for r in plan.reqs:
+            nc0 = r.num_computed
+            cache.append_slot(r, nc0 + k, 0, times[k - 1])
+            if cache.prefix_caching:
+                for d in range(len(r.engine.hashes) + 1, (nc0 + k) // bs + 1):
+                    i = max(d * bs - nc0, 1)                      # the step whose growth filled block d
+                    cache.promote_full_blocks(r, d * bs, 0, times[i - 1])
+            r.num_computed = nc0 + k
+            r.output_len += k
+            r.last_token_s = end
+            if r.token_times is not None:
+                r.token_times.extend(times[1:k + 1])
