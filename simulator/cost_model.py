@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
 WHOLE_SEQUENCE_EXTEND_BACKENDS = ("torch_native",)
@@ -142,6 +144,26 @@ class CostModel:
         if b.shares_decode_context:
             return b.decode_distinct + self.hw.kv_shared_cost * (b.decode_ctx - b.decode_distinct)
         return float(b.decode_ctx)
+
+    def decode_step_times(self, n: int, ctx: np.ndarray, distinct: np.ndarray) -> list[float]:
+        """``step_time`` of pure-decode steps of n requests with these Σ contexts and distinct KV tokens, the
+        same operations in the same order on arrays (bit-identical to one ``step_time`` call per step)."""
+        b = BatchShape(decodes=n)
+        shared = (distinct >= 0) & (distinct < ctx)
+        dctx = np.where(shared, distinct + self.hw.kv_shared_cost * (ctx - distinct), ctx.astype(np.float64))
+        flops = self._flin * n + self._flm * n + self._attn * (0.0 + dctx + n)
+        mem = self._w + self._kv_read * (0 + dctx) + self._kv_write * n
+        comm = 0.0
+        if self.tp > 1:
+            per_ar = self.hw.link_latency_s + self._ar_bytes * n / self.hw.link_bandwidth
+            comm = 2 * self.model.layers * per_ar
+        graph = n <= self.graph_max_bs
+        ovh = (self.ovh.step_graph_s if graph else self.ovh.step_eager_s) + self.ovh.per_seq_s * n \
+            + self.ovh.per_prefill_seq_s * 0 + self.ovh.per_prefill_token_s * (0 + 0)
+        scale = self.scale(b)
+        head = ovh + comm
+        return [(head + math.hypot(c, m)) * scale for c, m in zip((flops * self._fc).tolist(),
+                                                                  (mem * self._fm).tolist(), strict=True)]
 
     def step_time(self, b: BatchShape) -> float:
         return self.cost(b).total_s * self.scale(b)

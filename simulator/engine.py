@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import simpy
 
-from simulator.cost_model import BatchShape, CostModel
+from simulator.cost_model import CostModel
 from simulator.front_end import FrontEnd, Intake
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler, Step
@@ -202,36 +203,39 @@ class Replica:
         if plan is None:
             return None
         horizon = self.env.peek()
-        now = self.env.now
         n = len(plan.reqs)
-        times, durs, kv = [now], [], []
-        t = now
-        i = 1
-        while (state := plan.step(i)) is not None:
-            shape = BatchShape(decodes=n, decode_ctx=plan.ctx0 + n * (i - 1), decode_distinct=state[0])
-            dur = self.cost.step_time(shape)
-            if not t + dur < horizon:
+        times, durs, kv = [self.env.now], [], []
+        i, m = 1, 16
+        while True:
+            distinct, usage = plan.states(i, m)
+            if not len(distinct):
                 break
-            t = t + dur
-            times.append(t)
-            durs.append(dur)
-            kv.append(state[1])
-            i += 1
+            ctx = plan.ctx0 + n * (np.arange(i, i + len(distinct), dtype=np.int64) - 1)
+            t = times[-1]
+            for dur, u in zip(self.cost.decode_step_times(n, ctx, distinct), usage.tolist(), strict=True):
+                if not t + dur < horizon:
+                    break
+                t = t + dur
+                times.append(t)
+                durs.append(dur)
+                kv.append(u)
+            if len(durs) < i + len(distinct) - 1 or len(distinct) < m:
+                break
+            i, m = i + m, 128
         k = len(durs)
         if k < 2 or not plan.valid(k):
             return None
         self._last_dur = durs[-1]
         self.sched.apply_decode_run(plan, k, times, self.step_id)  # type: ignore[attr-defined]
         c = self.sched.counters
-        waiting, running = len(self.sched.waiting), len(self.sched.running)
-        for i in range(k):
-            self.busy_s += durs[i]
-            self.tel.sample(times[i + 1], kv[i], waiting, running, c.preemptions, c.prefix_hit_tokens,
-                            c.prefix_query_tokens)
+        for dur in durs:
+            self.busy_s += dur
+        self.tel.sample_many(times[1:], kv, len(self.sched.waiting), len(self.sched.running), c.preemptions,
+                             c.prefix_hit_tokens, c.prefix_query_tokens)
         first = self.step_id
         self.step_id += k
         self.runs += 1
         self.run_steps += k
         if self.check_every and self.step_id // self.check_every > first // self.check_every:
             self.sched.check_integrity()
-        return t
+        return times[-1]

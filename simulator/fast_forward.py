@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 from simulator.request import Request
 
 
@@ -33,7 +35,10 @@ class DecodeRun(Protocol):
     reqs: list[Request]
     ctx0: int
 
-    def step(self, i: int) -> tuple[int, float] | None: ...
+    def states(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Steps i … i + m − 1 (fewer where the run cannot go on): the decodes' distinct KV tokens after each
+        is scheduled (int64) and the KV usage after each completes (float64, as the engine computes it)."""
+        ...
 
     def valid(self, k: int) -> bool:
         """Whether the first k steps may be applied at once (checked once k is known)."""

@@ -36,6 +36,12 @@ class Telemetry:
             self.rows.append((t, kv, waiting, running, preemptions, hits, queries))
             self._next = t + self.interval_s
 
+    def sample_many(self, times: list[float], kvs: list[float], waiting: int, running: int, preemptions: int,
+                    hits: int, queries: int) -> None:
+        """``sample`` at each of several step ends with the same queue depths and counters (a decode run)."""
+        for t, kv in zip(times, kvs, strict=True):
+            self.sample(t, kv, waiting, running, preemptions, hits, queries)
+
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=list(TELEMETRY_COLUMNS))
 

@@ -77,3 +77,20 @@ def test_a_cluster_fast_forwards_to_the_same_results():
         ff = simulate_cluster(t, spec, record_tokens=True)
         assert ref.requests["replica"].tolist() == ff.requests["replica"].tolist()
         _same(ref, ff)
+
+
+def test_a_runs_step_times_priced_on_arrays_are_bit_identical_to_one_step_at_a_time():
+    from simulator.cost_model import BatchShape, CostModel
+    from simulator.profiles import load_hardware, load_model
+    rng = np.random.default_rng(0)
+    for hw in ("l4", "a100-80g", "h100", "cpu-base"):
+        for family in ("vllm-v0", "vllm-v1", "sglang"):
+            for tp in (1, 2):
+                cm = CostModel(load_hardware(hw), load_model("llama-3.1-8b"), family, tp, graph_max_bs=8)
+                for n in (1, 8, 9, 64):
+                    ctx = rng.integers(n, 10**6, 40)
+                    distinct = np.array([rng.choice([-1, int(rng.integers(0, c)), int(c), int(c) + 5]) for c in ctx])
+                    got = cm.decode_step_times(n, ctx, distinct)
+                    want = [cm.step_time(BatchShape(decodes=n, decode_ctx=int(c), decode_distinct=int(d)))
+                            for c, d in zip(ctx, distinct, strict=True)]
+                    assert got == want, (hw, family, tp, n)

@@ -169,13 +169,13 @@ class BlockDecodeRun:
         self._nb = sched.cache.num_blocks
         self._free0 = sched.cache.num_free
 
-    def step(self, i: int) -> tuple[int, float] | None:
-        if i > self.steps:
-            return None
-        need = int(np.maximum(-(-(self._fill0 + i - 1) // self._bs) - self._blocks0, 0).sum())
+    def states(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        steps = np.arange(i, min(i + m, self.steps + 1))[:, None]
+        need = np.maximum(-(-(self._fill0[None, :] + steps - 1) // self._bs) - self._blocks0[None, :], 0).sum(axis=1)
         free = self._free0 - need
-        if free < self.reserve:
-            return None
+        ok = free >= self.reserve
+        k = int(np.argmin(ok)) if not ok.all() else len(free)
+        free = free[:k]
         return (self._nb - free) * self._bs, 1.0 - free / self._nb
 
     def valid(self, k: int) -> bool:

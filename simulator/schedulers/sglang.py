@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.config import SglangConfig
 from simulator.cost_model import BatchShape
 from simulator.radix_cache import Node, RadixCache
@@ -453,11 +455,9 @@ class SgDecodeRun:
         self._total, self._ev = sched.total, sched.tree.evictable_size
         self._held, self._avail = sched.tree.protected_size + sched.private, sched.available
 
-    def step(self, i: int) -> tuple[int, float] | None:
-        if i > self.steps:
-            return None
-        n = len(self.reqs) * i
-        return self._held + n, (self._total - (self._avail - n) - self._ev) / self._total
+    def states(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        taken = len(self.reqs) * np.arange(i, min(i + m, self.steps + 1), dtype=np.int64)
+        return self._held + taken, (self._total - (self._avail - taken) - self._ev) / self._total
 
     def valid(self, k: int) -> bool:
         return True
