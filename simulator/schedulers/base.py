@@ -89,10 +89,11 @@ class SchedulerBase:
         """Apply a finished step: advance computed tokens, emit tokens. Returns requests that finished."""
         done = []
         for req, n in step.items:
-            req.num_computed += n
-            if req.num_computed >= req.fill_len:
+            nc = req.num_computed + n
+            req.num_computed = nc
+            if nc >= req.prompt_len + req.output_len:           # fill_len: the prefill (or decode) is done
                 req.emit_token(now)
-                if req.is_finished:
+                if req.output_len >= req.max_tokens:
                     done.append(req)
         return done
 

@@ -285,13 +285,20 @@ class SglangScheduler(SchedulerBase):
             self._retract(now)
         else:
             self.ratio = max(self.ratio - self.decay, self.min_ratio)
-        items = []
-        for r in self.running:
-            self._alloc(1)
+        run = self.running
+        if self.available >= len(run):                # one slot each, none to evict: taken at once
+            self.available -= len(run)
+            self.private += len(run)
+        else:
+            for _ in run:
+                self._alloc(1)
+        ctx = 0
+        for r in run:
             r.engine.kv_len += 1
-            shape.add_decode(r.context_len)
-            items.append((r, 1))
-        return items
+            ctx += r.num_computed
+        shape.decodes += len(run)
+        shape.decode_ctx += ctx
+        return [(r, 1) for r in run]
 
     # --- the iteration ---------------------------------------------------------------------------
     def schedule(self, now: float, step_id: int) -> Step | None:
