@@ -288,3 +288,15 @@ def test_the_stand_in_engine_manifest_runs_a_valid_serve_command_behind_the_engi
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     args = build_parser().parse_args(dep["spec"]["template"]["spec"]["containers"][0]["args"])
     assert args.cmd == "serve" and args.engine == overlay and args.port == 8000 and args.host == "0.0.0.0"
+
+
+def test_text_prompts_are_counted_with_the_models_tokenizer_when_given():
+    tok_dir = Path(__file__).resolve().parents[1] / ".engine-venv" / "tiny-llama"
+    if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
+        pytest.skip("the tiny Llama's tokenizer is made by `make engine`")
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    text = "The quick brown fox jumps over the lazy dog. " * 20
+    with Background(server("vllm-v1", tokenizer=str(tok_dir))) as b:
+        body = httpx.post(b.url + "/v1/completions", json={"prompt": text, "max_tokens": 2}, timeout=60).json()
+    assert body["usage"]["prompt_tokens"] == len(tok(text, add_special_tokens=True)["input_ids"])
