@@ -8,6 +8,7 @@ Presets: ``vllm-0.6.3``, ``vllm-v1`` (0.33.0), ``sglang-0.4.1``, ``sglang-curren
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -17,12 +18,31 @@ from scenarios.spec import format_validation_error
 from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
 from simulator.profiles import GIB, HardwareProfile, ModelProfile
 
-PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any]]] = {
-    "vllm-0.6.3": (VllmV0Config, {}),
-    "vllm-v1": (VllmV1Config, {}),
-    "sglang-0.4.1": (SglangConfig, {}),
-    "sglang-current": (SglangConfig, {"version": "0.5.23", "schedule_policy": "fcfs"}),
-}
+ENGINES_DIR = Path(__file__).resolve().parent / "profiles" / "engines"
+PRESET_NAMES = ("vllm-0.6.3", "vllm-v1", "sglang-0.4.1", "sglang-current")
+FAMILIES: dict[str, type[BaseModel]] = {"vllm-v0": VllmV0Config, "vllm-v1": VllmV1Config, "sglang": SglangConfig}
+
+
+def preset_data(name: str) -> dict[str, Any]:
+    """A preset's data file (``profiles/engines/NAME.yaml``): family and every knob's default with its source, a
+    ``base`` preset's knobs under its own."""
+    import yaml
+    data = yaml.safe_load((ENGINES_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+    if "base" in data:
+        base = preset_data(data["base"])
+        data = {**data, "knobs": {**base["knobs"], **data["knobs"]}}
+    return dict(data)
+
+
+def _presets() -> dict[str, tuple[type[BaseModel], dict[str, Any]]]:
+    out = {}
+    for name in PRESET_NAMES:
+        data = preset_data(name)
+        out[name] = (FAMILIES[data["family"]], {k: v["value"] for k, v in data["knobs"].items()})
+    return out
+
+
+PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any]]] = _presets()
 
 
 def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict[str, Any]:
