@@ -5,7 +5,8 @@ prefill the scheduler would admit, a request finishing, a block the growth would
 abort — an engine's steps are pure decodes of the same requests, each adding one token per request. Their
 durations are the cost model's for the same sums a step-by-step run would build (context grows by one token
 per request per step; distinct KV by the blocks the step allocates), so a run of K such steps can be priced
-step by step in O(1) each and its state applied once per request (tokens, blocks, promotions at the step
+on arrays (``CostModel.decode_step_times``, the same operations as one ``step_time`` call per step) and its
+state applied once per request (tokens, blocks, promotions at the step
 and time they happen), instead of K scheduler passes over every request.
 
 Each engine family states when its next steps are such a run (``decode_run``) and applies one
@@ -28,9 +29,8 @@ from simulator.request import Request
 
 
 class DecodeRun(Protocol):
-    """The run the scheduler would take next: its batch (in order) and Σ context at its first step; for step
-    i (1-based) of the run what a step-by-step run would read after scheduling it (the decodes' distinct KV
-    tokens) and after completing it (the KV usage the engine reports), or None where the run cannot go on."""
+    """The run the scheduler would take next: its batch (in order), Σ context at its first step, and per step
+    what a step-by-step run would read (``states``)."""
 
     reqs: list[Request]
     ctx0: int
