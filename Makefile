@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-client install clean engine prometheus
+.PHONY: demo test lint bench bench-client bench-peers install clean engine prometheus
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tests/perf/run_all.py
+
+# Vidur beside servetwin on Vidur's workload (VIDUR_SRC: a microsoft/vidur checkout with its profiling data)
+bench-peers: $(STAMP)
+	PYTHONPATH=. $(BIN)/python tests/perf/bench_vidur.py
 
 # a real client (vllm bench serve, from vLLM's CPU build) against servetwin serve
 bench-client: $(STAMP) engine
