@@ -115,6 +115,13 @@ class BlockCache:
                 return
         raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
 
+    def _take_fresh_many(self, n: int) -> None:
+        """``_take_fresh`` n times: content-less blocks first, then evictions in order."""
+        k = min(n, self.free_hashless)
+        self.free_hashless -= k
+        for _ in range(n - k):
+            self._take_fresh()
+
     # --- admission and allocation ----------------------------------------------------------------
     def can_allocate(self, n_tokens: int, watermark: int) -> AllocStatus:
         """vLLM V0 ``can_allocate``: worst case, ignores prefix sharing."""
@@ -148,10 +155,10 @@ class BlockCache:
                     self._take_fresh()
                     self.cached[h] = CachedBlock(depth, step, now)
                 table.hashes.append(h)
-        for _ in range(n_total - len(table.hashes)):
-            self._take_fresh()
-            self.private_used += 1
-            table.n_private += 1
+        n_private = n_total - len(table.hashes)
+        self._take_fresh_many(n_private)
+        self.private_used += n_private
+        table.n_private += n_private
         req.engine = table
         return table
 
