@@ -49,6 +49,7 @@ class Server:
         self._wake = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
         self.refused = 0
+        self.failed = 0                               # requests answered 500 (an unexpected failure)
         self.client_ids: list[str | None] = []       # each served request's X-Request-Id, where the client sent one
 
     # --- the simulation's side -------------------------------------------------------------------
@@ -110,8 +111,21 @@ class Server:
         return r, q
 
     # --- HTTP ------------------------------------------------------------------------------------
+    @web.middleware
+    async def _one_line_errors(self, req: web.Request, handler: Any) -> web.StreamResponse:
+        """An unexpected failure answers 500 with one line naming it (never a traceback to the client)."""
+        try:
+            return await handler(req)  # type: ignore[no-any-return]
+        except (web.HTTPException, asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as err:
+            self.failed += 1
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+            return web.json_response({"object": "error", "message": f"internal error: {why}",
+                                      "type": "InternalServerError", "code": 500}, status=500)
+
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._one_line_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)

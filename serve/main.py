@@ -33,7 +33,7 @@ async def start(server: Server, listen: Listen) -> tuple[web.AppRunner, int]:
 
 def serve_meta(server: Server) -> dict[str, Any]:
     return {"speedup": server.clock.speedup, "release_lag_s": lag_summary(server.lags),
-            "refused": server.refused, "tokenizer": server.tokens.tok is not None,
+            "refused": server.refused, "failed": server.failed, "tokenizer": server.tokens.tok is not None,
             "model_name": server.model_name, "x_request_ids": server.client_ids}
 
 

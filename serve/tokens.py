@@ -71,6 +71,8 @@ class Tokens:
             raise PromptError("messages: every message must be an object with role and content")
         if self.tok is not None and getattr(self.tok, "chat_template", None):
             ids = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):                    # newer transformers return a BatchEncoding
+                ids = ids["input_ids"]
             return np.asarray(ids, dtype=np.int32)
         text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in msgs) + "<|assistant|>\n"
         return self.text(text)

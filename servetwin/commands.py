@@ -187,7 +187,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         raise SpecError(f"--host {a.host} --port {a.port}: cannot listen ({err.strerror or err})") from None
     lag = serve_meta(server)["release_lag_s"]
     tail = f"; release lag p50 {lag['p50_s'] * 1e3:.2f} ms, p99 {lag['p99_s'] * 1e3:.2f} ms" if lag["tokens"] else ""
-    print(f"servetwin: served {len(server.twin.requests)} requests ({server.refused} refused){tail}")
+    print(f"servetwin: served {len(server.twin.requests)} requests ({server.refused} refused, {server.failed} failed)"
+          f"{tail}")
     if a.record:
         out = save(server, a.record)
         print(f"  record: {out}" if out else "  record: nothing served, nothing written")

@@ -300,3 +300,22 @@ def test_text_prompts_are_counted_with_the_models_tokenizer_when_given():
     with Background(server("vllm-v1", tokenizer=str(tok_dir))) as b:
         body = httpx.post(b.url + "/v1/completions", json={"prompt": text, "max_tokens": 2}, timeout=60).json()
     assert body["usage"]["prompt_tokens"] == len(tok(text, add_special_tokens=True)["input_ids"])
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    with Background(server("vllm-v1", tokenizer=str(tok_dir))) as b:
+        body = httpx.post(b.url + "/v1/chat/completions", json={"messages": msgs, "max_tokens": 2}, timeout=60).json()
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+    assert body["usage"]["prompt_tokens"] == len(ids["input_ids"] if hasattr(ids, "keys") else ids) > 100
+
+
+def test_an_unexpected_failure_answers_500_with_one_line(monkeypatch):
+    from serve.tokens import Tokens
+
+    def broken(self, messages):  # type: ignore[no-untyped-def]
+        raise RuntimeError("template\nbroke")
+    monkeypatch.setattr(Tokens, "chat_prompt", broken)
+    s = server("vllm-v1")
+    with Background(s) as b:
+        r = httpx.post(b.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+        ok = httpx.post(b.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1})
+    assert r.status_code == 500 and r.json()["message"] == "internal error: RuntimeError: template broke"
+    assert ok.status_code == 200 and s.failed == 1
