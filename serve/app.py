@@ -14,6 +14,7 @@ import gc
 import json
 import math
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from serve.tokens import FILLER, PromptError, Tokens
 from serve.twin import ServedRequest, Twin, TwinSpec
 
 DONE = b"data: [DONE]\n\n"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 EARLY_S = 0.001          # wake this much before a simulated event is due
 
 
@@ -111,21 +113,21 @@ class Server:
         return r, q
 
     # --- HTTP ------------------------------------------------------------------------------------
-    @web.middleware
-    async def _one_line_errors(self, req: web.Request, handler: Any) -> web.StreamResponse:
-        """An unexpected failure answers 500 with one line naming it (never a traceback to the client)."""
-        try:
-            return await handler(req)  # type: ignore[no-any-return]
-        except (web.HTTPException, asyncio.CancelledError, ConnectionError):
-            raise
-        except Exception as err:
-            self.failed += 1
-            why = " ".join(f"{type(err).__name__}: {err}".split())[:300]
-            return web.json_response({"object": "error", "message": f"internal error: {why}",
-                                      "type": "InternalServerError", "code": 500}, status=500)
-
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._one_line_errors])
+        @web.middleware
+        async def one_line_errors(req: web.Request, handler: Handler) -> web.StreamResponse:
+            """An unexpected failure answers 500 with one line naming it (never a traceback to the client)."""
+            try:
+                return await handler(req)
+            except (web.HTTPException, asyncio.CancelledError, ConnectionError):
+                raise
+            except Exception as err:
+                self.failed += 1
+                why = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+                return web.json_response({"object": "error", "message": f"internal error: {why}",
+                                          "type": "InternalServerError", "code": 500}, status=500)
+
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[one_line_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
