@@ -115,10 +115,10 @@ class Server:
     # --- HTTP ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
         @web.middleware
-        async def one_line_errors(req: web.Request, handler: Handler) -> web.StreamResponse:
+        async def one_line_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             """An unexpected failure answers 500 with one line naming it (never a traceback to the client)."""
             try:
-                return await handler(req)
+                return await handler(request)
             except (web.HTTPException, asyncio.CancelledError, ConnectionError):
                 raise
             except Exception as err:
