@@ -232,6 +232,7 @@ def test_serve_from_the_command_line_writes_its_record_on_sigint(tmp_path):
     assert Path(tmp_path / "rec" / "trace" / "manifest.json").is_file()
 
 
+@pytest.mark.xdist_group("engine")     # two real-time processes: never beside the real engines' timed probes
 def test_the_live_client_against_serve_at_real_time_measures_what_simulate_gives(tmp_path):
     """`servetwin live run` replays a 20-s agent trace against `servetwin serve` at speed-up 1: per request, the
     client's TTFT and E2E exceed the twin's own by the HTTP path only; the run's medians match `simulate` of the
