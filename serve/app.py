@@ -180,20 +180,19 @@ class Server:
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def completions(self, req: web.Request) -> web.StreamResponse:
-        try:
-            body = await _json(req)
-            prompt = self.tokens.completion_prompt(body.get("prompt"))
-        except (BadRequest, PromptError) as err:
-            return self._refuse(str(err))
-        return await self._serve(req, body, prompt, chat=False)
+        return await self._request(req, chat=False)
 
     async def chat(self, req: web.Request) -> web.StreamResponse:
+        return await self._request(req, chat=True)
+
+    async def _request(self, req: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = await _json(req)
-            prompt = self.tokens.chat_prompt(body.get("messages"))
+            prompt = (self.tokens.chat_prompt(body.get("messages")) if chat
+                      else self.tokens.completion_prompt(body.get("prompt")))
         except (BadRequest, PromptError) as err:
             return self._refuse(str(err))
-        return await self._serve(req, body, prompt, chat=True)
+        return await self._serve(req, body, prompt, chat=chat)
 
     def _refuse(self, why: str, status: int = 400) -> web.Response:
         self.refused += 1

@@ -19,7 +19,7 @@ from scenarios.importers.build import ImportOptions, from_prompts
 from scenarios.trace import Trace, seal, write_trace
 from scenarios.validate import CHECKS
 from serve.twin import Twin
-from simulator.cluster_run import _sum_summaries
+from simulator.cluster_run import _sum_summaries, replica_telemetry
 from simulator.simulate import _chunks_frame, _requests_frame, _versions
 
 KIND = "served"
@@ -49,15 +49,7 @@ def served_record(twin: Twin, trace: Trace, serve_meta: dict[str, Any]) -> RunRe
     for i, r in enumerate(reqs):
         if r.aborted and not (r.is_finished and not r.error):
             frame.loc[i, "error"] = "aborted by the client"
-    per = []
-    tel = []
-    for k, (rep, t) in enumerate(zip(twin.replicas, twin.tels, strict=True)):
-        c = rep.sched.counters
-        per.append({**t.summary(c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens), "busy_s": rep.busy_s})
-        f = t.frame()
-        if twin.cluster is not None:
-            f.insert(0, "replica", k)
-        tel.append(f)
+    per, tel = replica_telemetry(twin.replicas, twin.tels, label=twin.cluster is not None)
     telemetry = pd.concat(tel, ignore_index=True)
     if twin.cluster is not None:
         frame["replica"] = [twin.cluster.where.get(i, -1) for i in range(len(reqs))]

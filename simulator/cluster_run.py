@@ -65,14 +65,7 @@ def _record(trace: Trace, spec: ClusterSpec, cfgs: list[Any], hw: HardwareProfil
             record_tokens: bool) -> RunRecord:
     reqs = _requests_frame(driver.requests, trace)
     reqs["replica"] = [cluster.where.get(i, -1) for i in range(trace.n_requests)]
-    per = []
-    frames = []
-    for k, (rep, tel) in enumerate(zip(cluster.replicas, cluster.tel, strict=True)):
-        c = rep.sched.counters
-        per.append({**tel.summary(c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens), "busy_s": rep.busy_s})
-        f = tel.frame()
-        f.insert(0, "replica", k)
-        frames.append(f)
+    per, frames = replica_telemetry(cluster.replicas, cluster.tel, label=True)
     tel_frame = pd.concat(frames, ignore_index=True).sort_values(["t_s", "replica"], kind="stable")
     router = cluster.router
     meta = {
@@ -92,6 +85,20 @@ def _record(trace: Trace, spec: ClusterSpec, cfgs: list[Any], hw: HardwareProfil
     }
     chunks = _chunks_frame(driver.requests) if record_tokens else None
     return RunRecord(meta=meta, requests=reqs, telemetry=tel_frame.reset_index(drop=True), chunks=chunks)
+
+
+def replica_telemetry(replicas: list[Replica], tels: list[Telemetry],
+                      label: bool) -> tuple[list[dict[str, float]], list[pd.DataFrame]]:
+    """Each replica's telemetry summary (with its busy time) and series (with a ``replica`` column if ``label``)."""
+    per, frames = [], []
+    for k, (rep, tel) in enumerate(zip(replicas, tels, strict=True)):
+        c = rep.sched.counters
+        per.append({**tel.summary(c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens), "busy_s": rep.busy_s})
+        f = tel.frame()
+        if label:
+            f.insert(0, "replica", k)
+        frames.append(f)
+    return per, frames
 
 
 def _sum_summaries(per: list[dict[str, float]]) -> dict[str, float]:
