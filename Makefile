@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-client bench-peers install clean engine prometheus
+.PHONY: demo test lint bench bench-client bench-peers install clean engine prometheus gpu-probe
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,11 @@ bench-peers: $(STAMP)
 # a real client (vllm bench serve, from vLLM's CPU build) against servetwin serve
 bench-client: $(STAMP) engine
 	PYTHONPATH=. $(BIN)/python tests/perf/bench_client.py
+
+# the cost model against a GPU's kernels: run where PyTorch and a CUDA device are (nothing else of ours is needed);
+# writes $(OUT)/gpu-probe (a Parquet file or, without pyarrow, a CSV, plus gpu-probe.json and summary.txt)
+gpu-probe:
+	$(PY) -m calibrate.gpu_probe --out $(if $(OUT),$(OUT)/gpu-probe,gpu-probe-out) $(GPU_PROBE_ARGS)
 
 clean:
 	rm -rf $(VENV) servetwin-out .pytest_cache .mypy_cache .ruff_cache

@@ -88,13 +88,15 @@ def lag_failure(lags: Iterable[dict[str, Any] | None]) -> str | None:
     return None
 
 
-def guard(quality: dict[str, Any], lags: Iterable[dict[str, Any] | None], accept: bool, what: str) -> None:
-    """Refuse (raise PoorFit) a calibration that fails its gates, or mark it when ``accept``."""
+def guard(quality: dict[str, Any], lags: Iterable[dict[str, Any] | None], accept: bool, what: str,
+          cause: str | None = None) -> None:
+    """Refuse (raise PoorFit) a calibration that fails its gates, or mark it when ``accept``; ``cause``: what
+    to suspect, where the probes were not taken through a client (default: the client's lag says)."""
     lags = list(lags)
     why = failure(quality) or lag_failure(lags)
     if why is None:
         return
-    line = f"{what} fails its quality gates: {why}; {likely_cause(lags)}"
+    line = f"{what} fails its quality gates: {why}; {cause or likely_cause(lags)}"
     if not accept:
         raise PoorFit(line + "; nothing written (--accept-poor-fit writes it anyway, marked)")
     quality["poor_fit"] = line

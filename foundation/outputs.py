@@ -21,7 +21,7 @@ from foundation.errors import ServetwinError
 
 MARKER = ".servetwin-output"          # a JSON file {"kind": …} in directories that hold no manifest of their own
 FILE_TAG = "servetwin:"               # files: written on their first line (a YAML comment, an HTML comment)
-DIR_KINDS = ("trace", "run", "runs", "figures", "paper", "study", "served")
+DIR_KINDS = ("trace", "run", "runs", "figures", "paper", "study", "served", "gpu-probe")
 FILE_KINDS = ("report", "profile")
 
 

@@ -236,16 +236,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the client at normal priority (by default it runs at real-time priority where it "
                         "may: root or CAP_SYS_NICE, so that an engine on the same cores cannot delay it)")
     p.set_defaults(fn=c.cmd_calibrate_probe)
-    p = csub.add_parser("fit", help="fit the cost model's coefficients to probe records → a profile YAML")
+    p = csub.add_parser("fit", help="fit the cost model's coefficients to probe records (or gpu-probe directories: "
+                        "the hardware's efficiencies) → a profile YAML")
     p.add_argument("probes", nargs="+")
     p.add_argument("--engine", default="vllm-v1", choices=["vllm-v0", "vllm-v1", "sglang"], help="engine family")
-    p.add_argument("--model", default="tiny-llama")
-    p.add_argument("--base", default="cpu-base", help="hardware profile to start from")
+    p.add_argument("--model", default=None, help="model profile (default tiny-llama; a gpu-probe's own model)")
+    p.add_argument("--base", default=None, help="hardware profile to start from (default cpu-base; h100 for "
+                   "gpu-probe directories)")
     p.add_argument("--out", required=True)
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write a fit that fails the quality gates (R² ≥ 0.98, MAPE ≤ 10 %%, each probe kind's median "
                         "error within 15 %%), marked as such; simulate and compare then print the mark")
     p.set_defaults(fn=c.cmd_calibrate_fit)
+    p = csub.add_parser("gpu-probe", help="time the model's step shapes on this machine's GPU (random bf16 weights, "
+                        "plain PyTorch) → a gpu-probe directory that calibrate fit reads")
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="llama-3.1-8b", help="model profile whose layers are built")
+    p.add_argument("--layers", type=int, default=None, help="decoder layers timed, scaled to the model's depth "
+                   "(default 4; 2 in a dry run)")
+    p.add_argument("--dry-run", action="store_true", help="a tiny grid on the CPU (no GPU needed)")
+    p.add_argument("--python", default=None, metavar="PATH", help="an interpreter with PyTorch to run the probe in "
+                   "(default: this one)")
+    p.set_defaults(fn=c.cmd_calibrate_gpu_probe)
     p = csub.add_parser("decode-scale", help="one engine instance's decode steps under load vs a fitted profile, "
                         "from a live run (a calibration trace) → the profile with its decode_scale")
     p.add_argument("live_run", help="a live run with per-token times, not one of the runs to be compared")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -528,15 +529,58 @@ def cmd_calibrate_probe(a: argparse.Namespace) -> int:
 
 
 def cmd_calibrate_fit(a: argparse.Namespace) -> int:
+    from calibrate.gpu_fit import is_probe_dir
     from calibrate.probe_fit import fit_probes
     from foundation.outputs import check_out
     check_out(a.out, "profile", a.probes)
-    res, obs = fit_probes(a.probes, a.engine, a.model, a.base, a.out, a.accept_poor_fit)
+    gpu = [is_probe_dir(p) for p in a.probes]
+    if any(gpu):
+        if not all(gpu):
+            raise SpecError("calibrate fit: gpu-probe directories and live probe records cannot be fitted together")
+        return _fit_gpu(a)
+    res, obs = fit_probes(a.probes, a.engine, a.model or "tiny-llama", a.base or "cpu-base", a.out,
+                          a.accept_poor_fit)
     print(f"wrote {a.out}: R² {res.r2:.4f}, MAPE {res.mape:.1%} over {len(obs)} probe shapes")
     _warn_poor(a.out)
     for k, v in res.params.items():
         print(f"  {k:14s} {v:.6g}")
     return 0
+
+
+def _fit_gpu(a: argparse.Namespace) -> int:
+    from calibrate.gpu_fit import fit_gpu_probes, report_lines
+    res, report = fit_gpu_probes(a.probes, a.model, a.base or "h100", a.out, a.accept_poor_fit)
+    print(f"wrote {a.out}: R² {res.r2:.4f}, MAPE {res.mape:.1%} over {report['fitted']['all']['n']} probe shapes "
+          f"(absolute errors: the base profile as committed, roofline only, and the fitted one)")
+    _warn_poor(a.out)
+    for line in report_lines(report):
+        print(f"  {line}")
+    for k, v in res.params.items():
+        print(f"  {k if k != 'step_eager_s' else 'forward_fixed_s':15s} {v:.6g}")
+    return 0
+
+
+def cmd_calibrate_gpu_probe(a: argparse.Namespace) -> int:
+    """In this interpreter where PyTorch imports, else in ``--python`` (the probe needs only PyTorch and PyYAML)."""
+    import subprocess
+
+    from foundation.outputs import check_out
+    check_out(a.out, "gpu-probe")
+    args = ["--out", a.out, "--model", a.model] + (["--layers", str(a.layers)] if a.layers else []) \
+        + (["--dry-run"] if a.dry_run else [])
+    if a.python is None:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise SpecError("calibrate gpu-probe needs PyTorch in this interpreter (pip install torch) or an "
+                            "interpreter that has it: --python PATH") from None
+        from calibrate.gpu_probe import main as probe_main
+        return probe_main(args)
+    if not Path(a.python).is_file():
+        raise SpecError(f"calibrate gpu-probe --python {a.python}: no such interpreter")
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([a.python, "-m", "calibrate.gpu_probe", *args], env=env, check=False).returncode
 
 
 def cmd_calibrate_decode_scale(a: argparse.Namespace) -> int:
