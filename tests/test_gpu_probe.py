@@ -112,7 +112,8 @@ def test_dry_run_times_every_shape_and_fits(tmp_path: Path):
         assert r.returncode == 0, r.stderr
     meta = json.loads((out / "gpu-probe.json").read_text())
     assert meta["dry_run"] and meta["facts"]["device"] == "cpu" and meta["facts"]["torch"]
-    rows = pd.read_csv(out / "probes.csv") if meta["rows_file"] == "probes.csv" else pd.read_parquet(out / "probes.parquet")
+    rows_file = out / meta["rows_file"]
+    rows = pd.read_csv(rows_file) if rows_file.suffix == ".csv" else pd.read_parquet(rows_file)
     assert len(rows) == len(GRIDS["dry"].steps()) and (rows["step_s"] > 0).all()
     assert (rows["step_s"] >= rows["layer_s"] * 4).all() and set(rows["kind"]) == {"prefill", "decode", "mixed"}
     assert "gpu-probe: tiny-llama (2 of 4 layers timed" in (out / "summary.txt").read_text()
@@ -143,7 +144,8 @@ worst = 0.0
 (kb, vb), row = kv.prefill[0], 0
 for i in range(5):
     for h in range(d.heads):
-        worst = max(worst, (out[i, h * d.head_dim:(h + 1) * d.head_dim] - ref(qkv[i], 7 + i, kb[0], vb[0], h)).abs().max().item())
+        got = out[i, h * d.head_dim:(h + 1) * d.head_dim]
+        worst = max(worst, (got - ref(qkv[i], 7 + i, kb[0], vb[0], h)).abs().max().item())
 row = 5
 for ctx, n, kb, vb in kv.decode:
     for j in range(n):
