@@ -40,7 +40,7 @@ from analysis.stats import geomean
 from analysis.tables import to_markdown
 from calibrate.compare import engine_for, twin
 from calibrate.gates import PoorFit, scale_failure
-from calibrate.step_gaps import token_gaps
+from calibrate.streams import token_gaps
 from foundation.errors import ServetwinError
 from simulator.presets import PRESETS
 from simulator.profiles import load_hardware

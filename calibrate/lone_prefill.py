@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.records import RunRecord
-from calibrate.ttft_residuals import in_flight_at_send
+from calibrate.streams import in_flight_at_send
 
 MIN_LONE = 5          # fewer requests served alone than this in a run: no prefill scale measured
 

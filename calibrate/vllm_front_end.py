@@ -2,7 +2,7 @@
 the client (``stream_chunk_s``) and how long the API server's loop spends on each step's outputs
 (``front_end_step_s``), from its calibration traces and its step log.
 
-vLLM's step log splits each request's TTFT (``calibrate.vllm_admission``) into admission, its prefill
+vLLM's step log splits each request's TTFT (``calibrate.streams.split_ttft``) into admission, its prefill
 forward and the output path (the step's log line, written when the loop has processed the step, to the
 token at the client).
 
@@ -37,7 +37,7 @@ import pandas as pd
 from analysis.records import RunRecord, read_run
 from calibrate.decode_load import overhead_family
 from calibrate.fit import with_params
-from calibrate.vllm_admission import SLACK_S, split_ttft, twin_split
+from calibrate.streams import SLACK_S, split_ttft, twin_split
 from foundation.errors import ServetwinError
 from live.vllm_steplog import read_steps
 from simulator.profiles import HardwareProfile, load_hardware

@@ -288,9 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("twin-study", help="the two-engine study on this machine: vLLM and SGLang (CPU) probed, "
                        "calibrated and driven live with the same traces, then simulated; targets and tables side "
                        "by side (make engine engine-sglang first)")
-    from calibrate.twin_args import add_arguments as twin_study_arguments
+    from calibrate.twin.args import add_arguments as twin_study_arguments
     twin_study_arguments(p)
     p.set_defaults(fn=c.cmd_twin_study)
+    from calibrate.twin.diagnose import DIAGNOSES
+    dsub = p.add_subparsers(dest="twin_cmd", metavar="diagnose")
+    d = dsub.add_parser("diagnose", help="one of the study's investigations: " + "; ".join(
+        f"{k} ({v[1]})" for k, v in DIAGNOSES.items()))
+    d.add_argument("name", choices=list(DIAGNOSES), metavar="NAME", help=", ".join(DIAGNOSES))
+    d.add_argument("args", nargs=argparse.REMAINDER, help="its own arguments (NAME --help lists them)")
+    d.set_defaults(fn=c.cmd_twin_diagnose)
 
     p = sub.add_parser("report", help="one self-contained HTML page: tables, figures, resolved configurations")
     p.add_argument("runs", nargs="+")

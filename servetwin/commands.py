@@ -598,11 +598,16 @@ def _warn_poor(hardware: str) -> None:
 
 
 def cmd_twin_study(a: argparse.Namespace) -> int:
-    from calibrate.twin_args import bad_options
-    from calibrate.twin_study import study
+    from calibrate.twin.args import bad_options
+    from calibrate.twin.study import study
     if (why := bad_options(a)) is not None:
         raise SpecError(why)
     return study(a)
+
+
+def cmd_twin_diagnose(a: argparse.Namespace) -> int:
+    from calibrate.twin.diagnose import entry
+    return int(entry(a.name)(a.args) or 0)
 
 
 def cmd_compare(a: argparse.Namespace) -> int:

@@ -174,7 +174,7 @@ def test_twin_takes_the_live_runs_resolved_settings():
 
 
 def test_twin_study_keeps_pace_table():
-    from calibrate.twin_tables import keeps_pace_table
+    from calibrate.twin.tables import keeps_pace_table
     sbs = pd.DataFrame({"config": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2], "metric": ["pace_realised"] * 4,
                         "measured": [0.99, 0.90, 1.0, 1.0], "simulated": [0.98, 0.98, 0.5, 1.0]})
     t = keeps_pace_table(sbs).set_index("config")
@@ -183,7 +183,7 @@ def test_twin_study_keeps_pace_table():
 
 
 def test_twin_study_target_checks():
-    from calibrate.twin_targets import target_checks
+    from calibrate.twin.targets import target_checks
     gaps = pd.DataFrame([
         {"pair": "vllm-nochunk/sglang-lpm", "metric": "ttft_p50", "measured_gap": 0.2, "simulated_gap": 0.22,
          "measured_lo": 0.15, "measured_hi": 0.3},
@@ -209,7 +209,7 @@ def test_twin_study_target_checks():
 def test_a_phi_check_says_whether_the_twin_lies_inside_the_measured_phis_interval():
     """φ from a side-by-side table of three seeds: the measured φ's interval comes from the per-seed gaps
     of both pairs, and the check says whether the simulated φ lies inside it."""
-    from calibrate.twin_targets import study_tables, target_checks
+    from calibrate.twin.targets import study_tables, target_checks
     rows = []
     for seed, (nochunk, c512) in enumerate([(2.0, 1.2), (2.3, 1.25), (1.8, 1.1)], start=1):
         for cfg, meas, sim in (("vllm-nochunk", nochunk, 2.0), ("sglang-lpm", 1.0, 1.0),
@@ -227,7 +227,7 @@ def test_a_phi_check_says_whether_the_twin_lies_inside_the_measured_phis_interva
 def test_a_cells_per_engine_error_is_that_of_its_mean_over_seeds():
     """A per-engine target is checked on the cell's value (the mean over its seeds), as the report shows
     it: one seed's twin 34 % fast and two 13–19 % slow do not cancel into a met check."""
-    from calibrate.twin_targets import per_config_means
+    from calibrate.twin.targets import per_config_means
     live, twin = [1.59, 5.70, 1.38], [1.79, 3.75, 1.64]     # one study: SGLang LPM 512, λ = 0.66, E2E p50 by seed
     pairs = enumerate(zip(live, twin, strict=True))
     sbs = pd.DataFrame([{"config": "sglang-lpm-c512", "seed": k + 1, "metric": "e2e_p50", "measured": a,
@@ -241,7 +241,7 @@ def test_a_cells_per_engine_error_is_that_of_its_mean_over_seeds():
 def test_a_gap_at_parity_is_a_side_of_its_own():
     """Throughput gaps are exactly 1 where both engines complete every request of the window: a twin
     that says so agrees, one that puts either engine ahead does not."""
-    from calibrate.twin_targets import same_side
+    from calibrate.twin.targets import same_side
     assert same_side(1.0, 1.0) and same_side(0.9, 0.95) and same_side(1.2, 1.01)
     assert not same_side(1.0, 1.01) and not same_side(0.99, 1.0) and not same_side(0.9, 1.1)
 
@@ -258,7 +258,7 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
 
     import yaml
 
-    from calibrate.twin_live import CONFIGS, calibration_dir, scenario
+    from calibrate.twin.live import CONFIGS, calibration_dir, scenario
     from scenarios import compile_trace, scenario_from_dict
     (root / "profiles").mkdir(parents=True)
     base = load_hardware("cpu-base").path
@@ -313,7 +313,7 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
     SGLang's stay at 1.0, and the report counts the engine-pooled twin's checks."""
     import yaml
 
-    from calibrate.twin_study import INSTANCE_COLUMN, POOLED_COLUMN, calibrate_instances, summarise
+    from calibrate.twin.study import INSTANCE_COLUMN, POOLED_COLUMN, calibrate_instances, summarise
     from foundation.errors import ServetwinError
     _fake_study(tmp_path, calibrated_apart={"vllm-c512": 1.5})
     cal = calibrate_instances(tmp_path)
@@ -349,7 +349,7 @@ def test_engine_pooled_twin_scales_every_instance_of_an_engine_by_all_their_cali
 def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path: Path):
     """The study's report end to end at a small scale: "live" runs that are simulations with the same
     profiles, so every target must be met and every error be zero."""
-    from calibrate.twin_study import CONFIGS, summarise
+    from calibrate.twin.study import CONFIGS, summarise
     _fake_study(tmp_path)
     report = summarise(tmp_path, [(0.4, 0.9)])
     first, rest = report.split("\n", 1)        # which CPUs measured: seed 2 names its CPU, seed 1 did not
@@ -366,7 +366,7 @@ def test_twin_study_report_builds_and_meets_targets_on_identical_inputs(tmp_path
     rows = [line for line in report.splitlines() if line.startswith("| rate0.4-sigma0.9 |")]
     assert len(rows) >= 10 and all(line.rstrip(" |").endswith("True") for line in rows)
     assert (tmp_path / "figures" / "rate0.4-sigma0.9").is_dir()
-    checks = pd.read_csv(tmp_path / "targets.csv")        # the held-out checks, as calibrate.twin_bias reads them
+    checks = pd.read_csv(tmp_path / "targets.csv")        # the held-out checks, as calibrate.twin.bias reads them
     assert len(checks) >= 10 and checks["met"].all() and set(checks["cell"]) == {"rate0.4-sigma0.9"}
     assert (checks["error"].abs() < 1e-12).all()
 
@@ -377,7 +377,7 @@ def test_an_instances_calibration_traces_are_pooled_into_its_profile(tmp_path: P
     says both were pooled, and the report shows each trace's scale in the order they were served."""
     import yaml
 
-    from calibrate.twin_study import calibrate_instances, summarise
+    from calibrate.twin.study import calibrate_instances, summarise
     _fake_study(tmp_path, second_calibration=1.4)
     report = summarise(tmp_path, [(0.4, 0.9)])
     cal = calibrate_instances(tmp_path)
@@ -405,7 +405,7 @@ def test_twin_study_reports_what_is_left_with_each_runs_own_decode_scale(tmp_pat
     scaled by each run's own decode speed meet it, and the spread of those scales says 1.6."""
     import yaml
 
-    from calibrate.twin_study import CROSS_COLUMN, OWN_SCALE_COLUMN, TRACKING_COLUMN, summarise
+    from calibrate.twin.study import CROSS_COLUMN, OWN_SCALE_COLUMN, TRACKING_COLUMN, summarise
     _fake_study(tmp_path, drift=1.6)
     report = summarise(tmp_path, [(0.4, 0.9)])
     head = report.split("## Targets", 1)[1].split("\n\n")[1].splitlines()   # the targets table
@@ -442,8 +442,8 @@ def test_cross_validated_twin_pools_the_calibration_and_the_other_seeds_runs(tmp
     import math
 
     from calibrate.decode_load import DecodeScale
-    from calibrate.twin_own_scale import RunScale, other_seeds
-    from calibrate.twin_steplog import PrefillScale
+    from calibrate.twin.own_scale import RunScale, other_seeds
+    from calibrate.twin.steplog import PrefillScale
 
     def run(where: str, scale: float | None, gaps: int, prefill: float) -> RunScale:
         rec = RunRecord(meta={}, requests=pd.DataFrame(), path=tmp_path / where)
@@ -470,8 +470,8 @@ def test_pooled_prefill_scale_says_how_much_it_was_measured_over():
     scale_drift reads back as the scale's weight."""
     import re
 
-    from calibrate.twin_own_scale import pooled_prefill
-    from calibrate.twin_steplog import PrefillScale
+    from calibrate.twin.own_scale import pooled_prefill
+    from calibrate.twin.steplog import PrefillScale
     basis = "step log, forwards with prefill, Σ measured / Σ priced over {}"
     got = pooled_prefill([PrefillScale(1.0, 30, "sglang", basis.format(30)),
                           PrefillScale(2.0, 10, "sglang", basis.format(10))])
@@ -483,7 +483,7 @@ def test_tracking_twin_scales_each_run_by_the_run_its_instance_served_before(tmp
     """In the order the runs started (not their seeds' order), each carries its predecessor's scale, the
     first the calibration's; a run without a measurable scale passes the last measured one on."""
     from calibrate.decode_load import DecodeScale
-    from calibrate.twin_own_scale import RunScale, tracking
+    from calibrate.twin.own_scale import RunScale, tracking
     from foundation.errors import ServetwinError
 
     def run(name: str, start: float | None, scale: float | None) -> RunScale:
@@ -505,8 +505,8 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
     """A repeat study (the same traces served again) takes the simulator's place: an identical repeat
     meets every target with zero error; one whose instances decode 1.6× slower misses the per-engine E2E
     target, and errors say by how much, in the repeat's direction."""
-    from calibrate.twin_study import summarise
-    from calibrate.twin_targets import repeat_checks
+    from calibrate.twin.study import summarise
+    from calibrate.twin.targets import repeat_checks
     _fake_study(tmp_path / "study")
     _fake_study(tmp_path / "same")
     _fake_study(tmp_path / "slow", decode_scale=1.6)
@@ -524,8 +524,8 @@ def test_twin_study_holds_a_repeat_of_its_live_runs_to_the_same_targets(tmp_path
 
 
 def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
-    from calibrate.twin_study import main
-    from calibrate.twin_targets import repeat_checks
+    from calibrate.twin.study import main
+    from calibrate.twin.targets import repeat_checks
     from foundation.errors import ServetwinError
     from servetwin.cli import main as servetwin_main
     _fake_study(tmp_path / "study")
@@ -542,7 +542,7 @@ def test_twin_study_refuses_a_repeat_of_other_traces(tmp_path: Path, capsys):
 
 
 def test_twin_study_pins_its_cells_so_a_refit_does_not_start_a_new_study(tmp_path: Path, monkeypatch):
-    import calibrate.twin_study as ts
+    import calibrate.twin.study as ts
     searches = []
 
     class Cap:
@@ -621,7 +621,7 @@ def test_twin_study_client_table_names_each_engines_busiest_process():
     averaged over seeds; a configuration whose runs did not account for processes says so with "—"."""
     from types import SimpleNamespace
 
-    from calibrate.twin_tables import client_table
+    from calibrate.twin.tables import client_table
 
     def run(cfg: str, procs: dict | None) -> SimpleNamespace:
         return SimpleNamespace(meta={"engine": cfg, "client": {"scheduling": "fifo"},

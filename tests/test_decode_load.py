@@ -13,7 +13,7 @@ import pytest
 
 from analysis.records import RunRecord, read_run, write_run
 from calibrate.decode_load import decode_scale, write_scaled
-from calibrate.twin_study import scenario
+from calibrate.twin.study import scenario
 from scenarios import ServetwinError, compile_trace, scenario_from_dict
 from servetwin.cli import main as cli_main
 from simulator import simulate

@@ -61,7 +61,7 @@ def _instance_run(tmp_path, step_s: float, chunk_s: float, seconds: float = 30.0
     step's outputs and streams them ``chunk_s`` apart, and its step log as vLLM writes it (each line when
     the loop is done with the step); and the profile without the loop."""
     from calibrate.step_log import write_measured
-    from calibrate.twin_live import scenario
+    from calibrate.twin.live import scenario
     from live.vllm_steplog import read_steps
     from scenarios import compile_trace, scenario_from_dict
     profile = write_measured(load_hardware("cpu-base").path, tmp_path / "p.yaml", "vllm-v1",
@@ -111,7 +111,7 @@ def _add_instance(out: Path, label: str, rec, steps: Path) -> None:  # type: ign
     import shutil
 
     from analysis.records import write_run
-    from calibrate.twin_live import calibration_dir
+    from calibrate.twin.live import calibration_dir
     rec.meta.update({"source": "live", "engine": label})
     write_run(rec, calibration_dir(out, label, "rate0.66-sigma0.9"))
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -131,8 +131,8 @@ def test_a_study_puts_a_vllm_instances_measured_loop_in_its_base_profile(tmp_pat
     (OUT/profiles/front-end) carries the loop its trace measured; an instance without a step log keeps its
     family's profile."""
     from analysis.records import write_run
-    from calibrate.twin_live import calibration_dir
-    from calibrate.twin_steplog import with_front_end
+    from calibrate.twin.live import calibration_dir
+    from calibrate.twin.steplog import with_front_end
     rec, _, profile = _instance_run(tmp_path, 0.0015, 0.0004)
     out = tmp_path / "study"
     _add_instance(out, "vllm-c512", rec, tmp_path / "i.steps")
@@ -147,7 +147,7 @@ def test_an_instance_whose_traces_are_too_few_to_fit_takes_the_other_vllm_instan
     measured, and says where it came from. Alone, it keeps its family's profile."""
     import yaml
 
-    from calibrate.twin_steplog import with_front_end
+    from calibrate.twin.steplog import with_front_end
     from calibrate.vllm_front_end import fit_loop
     out = tmp_path / "study"
     (tmp_path / "short").mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.host_speed import main, report_part, summary, table
+from calibrate.twin.host_speed import main, report_part, summary, table
 from foundation.errors import ServetwinError
 from tests.helpers import VLLM_T0, vllm_line
 

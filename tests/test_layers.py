@@ -78,3 +78,23 @@ def test_a_module_run_as_a_script_defines_everything_before_it_runs():
             if guards and guards[-1] != len(body) - 1:
                 late.append(str(f.relative_to(ROOT)))
     assert not late, f"a __main__ block before the module's end: {late}"
+
+
+def test_the_calibration_library_imports_nothing_of_the_twin_study():
+    """calibrate/ is the library (probes, fits, scales, compare, the L4 default, the GPU probe); the CPU twin
+    study and its investigations (calibrate/twin/) use it, never the other way round."""
+    bad = [f"{mod} imports {n}" for mod, names in _imports().items()
+           if mod.startswith("calibrate.") and not mod.startswith("calibrate.twin") for n in names
+           if n.startswith("calibrate.twin")]
+    assert not bad, bad
+
+
+def test_the_study_s_investigations_have_no_side_doors():
+    """They run as `servetwin twin-study diagnose NAME`, not `python -m` (no __main__ block), and every one is
+    in the registry."""
+    from calibrate.twin.diagnose import DIAGNOSES
+    mods = {m for m, _ in DIAGNOSES.values()}
+    for f in sorted((ROOT / "calibrate" / "twin").rglob("*.py")):
+        assert "__main__" not in f.read_text(), f
+    for f in sorted((ROOT / "calibrate" / "twin" / "diagnose").glob("[!_]*.py")):
+        assert ".".join(f.relative_to(ROOT).with_suffix("").parts) in mods, f

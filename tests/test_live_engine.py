@@ -118,7 +118,7 @@ def test_vllm_step_log_splits_each_requests_ttft(engine: VllmCpu, tmp_path: Path
     """vLLM's own iteration log, routed to a file with Unix times (live.vllm_steplog): every request's first
     token is matched to the forward that prefilled it, and its TTFT splits into admission, that forward and
     the output path — parts that add up to the TTFT the client measured."""
-    from calibrate.vllm_admission import split_ttft
+    from calibrate.streams import split_ttft
     from live.vllm_steplog import read_steps
     # the study's window (MATCH_S, 100 ms) is for a host that runs nothing else; here the other test worker
     # shares the two cores and first tokens have streamed 146-190 ms after their forward's log line. A wider

@@ -12,8 +12,8 @@ import pytest
 from analysis.records import RunRecord, write_run
 from calibrate.lone_prefill import MIN_LONE, lone_prefill_scale, served_alone
 from calibrate.step_log import write_measured
-from calibrate.twin_live import calibration_dir, scenario
-from calibrate.twin_steplog import run_prefill_scale, with_prefill_scale
+from calibrate.twin.live import calibration_dir, scenario
+from calibrate.twin.steplog import run_prefill_scale, with_prefill_scale
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.profiles import HardwareProfile, load_hardware

@@ -13,8 +13,8 @@ import pytest
 from analysis.records import read_run, write_run
 from calibrate.fit import PROFILE_HEAD, Window, fit_steps, predict_time, with_params
 from calibrate.step_log import measured_latencies
-from calibrate.twin_live import calibration_dir, scenario
-from calibrate.twin_steplog import fit_base, with_own_latencies
+from calibrate.twin.live import calibration_dir, scenario
+from calibrate.twin.steplog import fit_base, with_own_latencies
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.cost_model import BatchShape, CostModel
@@ -134,7 +134,7 @@ def test_an_instances_prefill_scale_from_its_step_log(tmp_path: Path):
     it, 1/1.25 against a profile that prices prefill 1.25x; too few extends measure nothing; the scale
     lands in the profile as measured."""
     from calibrate.engine_steps import MIN_EXTENDS, prefill_scale
-    from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
+    from calibrate.twin.steplog import PrefillScale, run_prefill_scale, with_prefill_scale
     cal = _engine_run(tmp_path, inbound=0.004, outbound=0.006)
     base = Path(load_hardware("cpu-base").path)
     found = run_prefill_scale(tmp_path, "sglang-lpm", cal, base)
@@ -155,8 +155,8 @@ def test_the_tracking_twin_carries_the_prefill_scale_of_the_run_before(tmp_path:
     import pandas as pd
 
     from analysis.records import RunRecord
-    from calibrate.twin_own_scale import RunScale, tracking
-    from calibrate.twin_steplog import PrefillScale
+    from calibrate.twin.own_scale import RunScale, tracking
+    from calibrate.twin.steplog import PrefillScale
 
     def run(name: str, start: float, prefill: float | None) -> RunScale:
         rec = RunRecord(meta={"run_window": {"start_s": 0.0, "start_unix": start}}, requests=pd.DataFrame())

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import calibrate.twin_live as tl
+import calibrate.twin.live as tl
 from analysis.metrics import run_metrics
-from calibrate.repeatability import main, repeat_table, serve_repeats, spread
+from calibrate.twin.diagnose.repeatability import main, repeat_table, serve_repeats, spread
 from foundation.errors import ServetwinError
 from simulator.simulate import simulate
 

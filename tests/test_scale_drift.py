@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.scale_drift import ENGINE_POOLED, by_instance, errors, main, summary
+from calibrate.twin.diagnose.scale_drift import ENGINE_POOLED, by_instance, errors, main, summary
 
 
 def _profile(path: Path, decode: tuple[float, int], prefill: tuple[float, int] | None = None) -> None:

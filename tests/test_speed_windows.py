@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.speed_windows import main, table
+from calibrate.twin.diagnose.speed_windows import main, table
 from foundation.errors import ServetwinError
 from tests.helpers import VLLM_T0
 

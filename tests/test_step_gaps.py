@@ -1,12 +1,12 @@
-"""calibrate.step_gaps: on a simulated run its own profile explains the token gaps (lower quartile at the
+"""calibrate.twin.diagnose.step_gaps: on a simulated run its own profile explains the token gaps (lower quartile at the
 profile's decode step), and a profile twice as fast is flagged."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from calibrate.step_gaps import against_profile, token_gaps
-from calibrate.twin_study import scenario
+from calibrate.twin.diagnose.step_gaps import against_profile, token_gaps
+from calibrate.twin.study import scenario
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.cost_model import CostModel

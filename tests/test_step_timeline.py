@@ -1,4 +1,4 @@
-"""The twin's step log and `calibrate.step_timeline`: the simulator logs what it priced, in the engine's
+"""The twin's step log and `calibrate.twin.diagnose.step_timeline`: the simulator logs what it priced, in the engine's
 step-log schema; a live run the twin reproduces shows no difference in any part of TTFT; a live run whose
 first tokens reach the client 10 ms later shows exactly that in ``after`` and nothing elsewhere."""
 
@@ -14,8 +14,8 @@ import yaml
 from analysis.records import RunRecord, write_run
 from calibrate.engine_steps import shape
 from calibrate.step_log import live_window, path_latencies, read_events, with_processing
-from calibrate.step_timeline import main, paired, per_request, study_table
-from calibrate.twin_live import scenario
+from calibrate.twin.diagnose.step_timeline import main, paired, per_request, study_table
+from calibrate.twin.live import scenario
 from foundation.errors import ServetwinError
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate

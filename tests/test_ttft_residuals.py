@@ -1,4 +1,4 @@
-"""calibrate.ttft_residuals: a run against itself has no residual; a "live" run whose engine has a 10 ms
+"""calibrate.twin.diagnose.ttft_residuals: a run against itself has no residual; a "live" run whose engine has a 10 ms
 front end the twin lacks shows 10 ms in every concurrency bin; runs of different traces are refused."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from calibrate.ttft_residuals import by_concurrency, main, residuals
-from calibrate.twin_study import scenario
+from calibrate.twin.diagnose.ttft_residuals import by_concurrency, main, residuals
+from calibrate.twin.study import scenario
 from foundation.errors import ServetwinError
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate

@@ -1,4 +1,4 @@
-"""calibrate.twin_bias: over several studies of the same cells, a check the twin misses the same way in
+"""calibrate.twin.bias: over several studies of the same cells, a check the twin misses the same way in
 every study is a systematic bias of the model; one it misses either way by study is noise."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.twin_bias import main, study_bias
+from calibrate.twin.bias import main, study_bias
 from foundation.errors import ServetwinError
 
 CELLS = {"knee": 0.5, "conditions": [[0.36, 0.9], [0.66, 0.9]]}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import calibrate.twin_live as tl
-import calibrate.twin_study as ts
+import calibrate.twin.live as tl
+import calibrate.twin.study as ts
 
 
 class FakeEngine:
@@ -246,7 +246,7 @@ def test_vllm_instances_log_their_iterations_when_asked(tmp_path: Path, fake: li
     SGLang's scheduler step log is on either way."""
     import argparse
 
-    from calibrate.twin_args import add_arguments
+    from calibrate.twin.args import add_arguments
     ap = argparse.ArgumentParser()
     add_arguments(ap)
     assert ap.parse_args(["--vllm-step-log"]).vllm_step_log and not ap.parse_args([]).vllm_step_log
@@ -334,7 +334,7 @@ def test_calibration_slots_serve_each_cells_calibration_traces_just_before_its_s
 
 def test_calibration_slots_need_an_interleaved_study(tmp_path: Path) -> None:
     """--calibration-slots without --interleave is refused with one line saying why."""
-    from calibrate.twin_study import main
+    from calibrate.twin.study import main
     with pytest.raises(SystemExit) as err:
         main(["--out", str(tmp_path), "--calibration-slots", "--report-only"])
     assert err.value.code == 2
@@ -371,7 +371,7 @@ def test_an_interleaved_study_interrupted_stops_every_instance_and_resumes_what_
 
 def test_the_report_says_how_the_runs_were_served() -> None:
     """One instance after another unless two configurations' runs overlap in time."""
-    from calibrate.twin_tables import serving_order
+    from calibrate.twin.tables import serving_order
 
     def meta(label: str, start: float) -> dict[str, Any]:
         return {"engine": label, "run_window": {"start_unix": start}}

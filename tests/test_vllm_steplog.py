@@ -1,4 +1,4 @@
-"""live.vllm_steplog and calibrate.vllm_admission: vLLM's iteration log read back, and each request's TTFT
+"""live.vllm_steplog and calibrate.twin.diagnose.vllm_admission: vLLM's iteration log read back, and each request's TTFT
 split into admission, its prefill forward and the output path."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.records import RunRecord
-from calibrate.vllm_admission import QUEUE_BINS, STREAM_BINS, binned, main, split_ttft, with_twin
+from calibrate.twin.diagnose.vllm_admission import QUEUE_BINS, STREAM_BINS, binned, main, split_ttft, with_twin
 from foundation.errors import ServetwinError
 from live.local_engine import VllmCpu
 from live.vllm_steplog import read_steps
@@ -86,7 +86,7 @@ def test_a_simulated_run_read_through_its_own_step_log_splits_as_its_twin(tmp_pa
     """A simulated vLLM run whose step log is written out as vLLM logs its iterations: every request is
     matched, and the live-side split equals the twin's own split of the same requests (the twin of a
     simulation with the same profile is itself)."""
-    from calibrate.twin_study import scenario
+    from calibrate.twin.study import scenario
     from scenarios import compile_trace, scenario_from_dict
     from simulator import simulate
     trace = compile_trace(scenario_from_dict(scenario(0.5, 0.9, 20.0, 1)))

@@ -1,5 +1,5 @@
 """The live side of the two-engine study: its configurations, traces and the engine instances that serve
-them (``calibrate.twin_study`` fits, simulates and reports).
+them (``calibrate.twin.study`` fits, simulates and reports).
 
 One instance per configuration: a probed configuration's instance is probed first and then serves its
 calibration traces and study seeds, so the profile, the instance's decode scale and its held-out runs come
@@ -169,7 +169,8 @@ def probe_dirs(out: Path, family: str) -> list[Path]:
 
 def engine(kind: str, opts: dict[str, Any], log: Path, vllm_steps: bool = False) -> VllmCpu:
     """The configuration's local instance, logging to ``log``: SGLang's forwards always to ``<log>.steps.<pid>``
-    (calibrate.engine_steps); vLLM's iterations to ``<log>.steps`` with ``vllm_steps`` (calibrate.vllm_admission)."""
+    (calibrate.engine_steps); vLLM's iterations to ``<log>.steps`` with ``vllm_steps`` (read by the
+    vllm-admission diagnosis)."""
     model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
     if kind == "sglang":
         return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],

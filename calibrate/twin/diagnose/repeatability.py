@@ -4,13 +4,14 @@ runs), each run's TTFT p50, E2E p50 and TPOT p50 — and, against a fitted profi
 their spread. Nothing differs between the runs but the engine and the host, so the spread is the floor
 under any twin's per-run error here: a deterministic twin predicts every run alike.
 
-    python -m calibrate.repeatability --config vllm-c512 --rate 0.66 --sharing 0.9 --seconds 20 --times 9 \\
+    servetwin twin-study diagnose repeatability --config vllm-c512 --rate 0.66 --sharing 0.9 --seconds 20 \\
+        --times 9 \\
         --out out/repeat-vllm [--profile out/twin/profiles/cpu-vllm.yaml]
-    python -m calibrate.repeatability --out out/repeat-vllm --summary-only [--profile PROFILE]
+    servetwin twin-study diagnose repeatability --out out/repeat-vllm --summary-only [--profile PROFILE]
 
 The runs go to ``OUT/run-<i>`` (a run already recorded is kept: the command resumes), the tables to
 ``OUT/repeatability.md``. ``loo_abs_log`` is the mean over runs of |ln(run / geometric mean of the other
-runs)|: how well the rest predict one run, comparable to ``calibrate.scale_drift``'s errors.
+runs)|: how well the rest predict one run, comparable to ``calibrate.twin.diagnose.scale_drift``'s errors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import calibrate.twin_live as tl
+import calibrate.twin.live as tl
 from analysis.metrics import run_metrics
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
@@ -103,7 +104,8 @@ def report(out: Path, times: int, profile: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose repeatability",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--config", default="vllm-c512", help=f"one of {', '.join(tl.CONFIGS)}")
     ap.add_argument("--rate", type=float, default=0.66, help="DAG arrival rate of the trace")
@@ -128,7 +130,3 @@ def main(argv: list[str] | None = None) -> int:
     (out / "repeatability.md").write_text(text)
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

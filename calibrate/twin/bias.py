@@ -15,7 +15,7 @@ its report, written by ``servetwin twin-study``; rebuild an older study's with `
 Studies of other pinned cells, or whose live runs measured on another CPU, are refused: they are not
 repeats of one another.
 
-    python -m calibrate.twin_bias OUT OUT [OUT ...]
+    servetwin twin-study diagnose bias OUT OUT [OUT ...]
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis.tables import to_markdown
-from calibrate.twin_tables import cpu_name
-from calibrate.twin_targets import ENGINE_TOLERANCE, GAP_TOLERANCE, PHI_TOLERANCE, TARGETS_FILE
+from calibrate.twin.tables import cpu_name
+from calibrate.twin.targets import ENGINE_TOLERANCE, GAP_TOLERANCE, PHI_TOLERANCE, TARGETS_FILE
 from foundation.errors import ServetwinError
 
 KEY = ["cell", "target", "what"]
@@ -136,7 +136,8 @@ def study_bias(outs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose bias",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("studies", nargs="+", help="twin study folders (OUT of servetwin twin-study)")
     a = ap.parse_args(argv)
     try:
@@ -149,7 +150,3 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Per check (bias: mean relative error of simulated over measured; φ: mean difference)\n")
     print(to_markdown(table))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The twin study's per-cell report tables that describe the runs themselves: the client and the
 engine's busiest process, and keeps-pace; and how well the profiles fit their probes
-(``calibrate.twin_study`` assembles the report)."""
+(``calibrate.twin.study`` assembles the report)."""
 
 from __future__ import annotations
 

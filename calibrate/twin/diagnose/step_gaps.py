@@ -4,7 +4,7 @@ moment (a proxy for the decode batch), the gaps' quartiles are set against the p
 step time at that batch size. Gaps that include prefill steps sit above the prediction; if even the
 lower quartile does, the engine's decode steps themselves are slower than the profile.
 
-    python -m calibrate.step_gaps RUN [RUN ...] --hardware PROFILE --engine sglang [--context 2100]
+    servetwin twin-study diagnose step-gaps RUN [RUN ...] --hardware PROFILE --engine sglang [--context 2100]
 
 Whole-sequence extend attention is taken from the runs' resolved ``attention_backend``
 (``--whole-sequence-extend`` forces it for runs that did not record one).
@@ -15,39 +15,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from analysis.records import RunRecord, find_runs, read_run
+from analysis.records import find_runs, read_run
 from analysis.tables import to_markdown
-from foundation.errors import ServetwinError
+from calibrate.streams import token_gaps
 from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 
 BINS = (0, 2, 4, 8, 12, 16, 24, 64, 1 << 20)
-SAME_STEP_S = 0.002       # tokens of one step, as far apart as a client may see them
-
-
-def token_gaps(rec: RunRecord) -> pd.DataFrame:
-    """One row per gap between consecutive token chunks of a request: its length, the number of
-    requests streaming (between first and last token) at its midpoint, and how many other requests'
-    first tokens fall inside it (a prefill finished during the gap)."""
-    if rec.chunks is None:
-        raise ServetwinError(f"{rec.path}: no per-token times (simulate with record_tokens=True)")
-    req = rec.requests.dropna(subset=["first_token_s", "last_token_s"])
-    first, last = np.sort(req["first_token_s"].to_numpy()), np.sort(req["last_token_s"].to_numpy())
-    ch = rec.chunks.sort_values(["request_id", "t_s"])
-    t = ch["t_s"].to_numpy()
-    same = ch["request_id"].to_numpy()[1:] == ch["request_id"].to_numpy()[:-1]
-    gap, mid = np.diff(t)[same], ((t[1:] + t[:-1]) / 2)[same]
-    streaming = np.searchsorted(first, mid, side="right") - np.searchsorted(last, mid, side="left")
-    # a first token emitted by the step that ends the gap (a mixed step) counts; one that arrives with
-    # the gap's opening token does not (two streams of one step reach the client up to ~1 ms apart)
-    a, b = t[:-1][same] + SAME_STEP_S, t[1:][same] + SAME_STEP_S
-    prefills = np.searchsorted(first, b, side="right") - np.searchsorted(first, a, side="right")
-    return pd.DataFrame({"streaming": streaming, "gap_s": gap, "prefills_inside": prefills})
-
-
 def against_profile(gaps: pd.DataFrame, cost: CostModel, context: int) -> pd.DataFrame:
     """Gap quartiles per concurrency bin, with the profile's decode step at the bin's middle."""
     binned = pd.cut(gaps["streaming"], list(BINS))
@@ -65,7 +41,8 @@ def against_profile(gaps: pd.DataFrame, cost: CostModel, context: int) -> pd.Dat
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose step-gaps",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--hardware", required=True)
     ap.add_argument("--model", default="tiny-llama")
@@ -80,7 +57,3 @@ def main(argv: list[str] | None = None) -> int:
     gaps = pd.concat([token_gaps(r) for r in recs], ignore_index=True)
     print(to_markdown(against_profile(gaps, cost, a.context)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,7 +3,7 @@ model, driven with the same seeded agent traces under vendor-style defaults and 
 budget matched (plus SGLang FCFS vs LPM), then the same traces simulated with each engine's fitted
 profile; measured and simulated tables side by side.
 
-    servetwin twin-study --out out/twin [--quick]        (or python -m calibrate.twin_study …)
+    servetwin twin-study --out out/twin [--quick]        (or servetwin twin-study …)
 
 Arms (labels): defaults = vllm-nochunk (chunked prefill off, as vLLM 0.6.3's default) vs sglang-lpm (its
 resolved 4,096-token chunk, LPM); matched = vllm-c512 vs sglang-lpm-c512 (both 512-token budgets); ablation =
@@ -15,20 +15,20 @@ and a sharing sweep, 3 seeds each, 40-second runs (43–54 minutes, capacity sea
 without bf16 matrix instructions); with --quick: one rate, 2 seeds. The profiles are fitted on probes, so
 every study seed is held out from the fit: each engine is probed in its default configuration (``STUDY_PLAN``)
 and with its 512-token budget (the chunking shapes) and fitted on both; each probed instance then serves its
-runs (``calibrate.twin_live``: one instance per configuration). Each engine instance serves calibration
+runs (``calibrate.twin.live``: one instance per configuration). Each engine instance serves calibration
 traces (seed 0 of each cell, 30 s in all: 10 s each over three cells) before its study seeds; its decode steps
 under that load, against the fitted profile, give the instance's ``decode_scale`` (``calibrate.decode_load``;
 the traces pooled, each weighted by its decode gaps), and its prefill steps its
 ``prefill_scale`` (SGLang's from its step log, vLLM's from the requests served alone:
-``calibrate.twin_steplog``), written to ``OUT/profiles/<config>.yaml``. The report's targets use those
+``calibrate.twin.steplog``), written to ``OUT/profiles/<config>.yaml``. The report's targets use those
 profiles and repeat the counts with the probe-only ones, with a tracking twin (every run scaled by the speeds
 its instance measured in the run it served before), with a cross-validated twin (scaled by the speeds its
 instance measured on its calibration traces and its runs of the other seeds) and, as a diagnostic, with every
-run's twin scaled by that run's own speeds (``calibrate.twin_own_scale``). ``--repeat-of DIR`` (another
+run's twin scaled by that run's own speeds (``calibrate.twin.own_scale``). ``--repeat-of DIR`` (another
 study's OUT with the same pinned cells) holds that study's live runs to the same targets against this one's,
 in the simulator's place: how well the engines agree with themselves on this machine.
 
-    python -m calibrate.twin_study --out out/twin --repeat-of out/twin-previous
+    servetwin twin-study --out out/twin --repeat-of out/twin-previous
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import compare
 from calibrate.decode_load import overhead_family, write_scaled
-from calibrate.host_speed import report_part as host_speed_part
 from calibrate.probe_fit import fit_probes
-from calibrate.twin_args import CALIBRATIONS, add_arguments, bad_options, calibrated_path
-from calibrate.twin_live import (
+from calibrate.twin.args import CALIBRATIONS, add_arguments, bad_options, calibrated_path
+from calibrate.twin.host_speed import report_part as host_speed_part
+from calibrate.twin.live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
     CONFIGS,
@@ -69,7 +69,7 @@ from calibrate.twin_live import (
     scenario,
     served_at,
 )
-from calibrate.twin_own_scale import (
+from calibrate.twin.own_scale import (
     RunScale,
     engine_pooled,
     measure_run,
@@ -81,7 +81,7 @@ from calibrate.twin_own_scale import (
     spread,
     tracking,
 )
-from calibrate.twin_steplog import (
+from calibrate.twin.steplog import (
     PrefillScale,
     fit_base,
     vllm_step_log,
@@ -89,8 +89,8 @@ from calibrate.twin_steplog import (
     with_own_latencies,
     with_prefill_scale,
 )
-from calibrate.twin_tables import client_table, fit_table, host_cpus, keeps_pace_table, serving_order
-from calibrate.twin_targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
+from calibrate.twin.tables import client_table, fit_table, host_cpus, keeps_pace_table, serving_order
+from calibrate.twin.targets import TARGETS_FILE, met_counts, repeat_checks, study_tables, target_checks
 from foundation.errors import ServetwinError
 from live.priority import realtime_client
 from paper_figures.figures import measured_vs_simulated
@@ -129,7 +129,7 @@ def calibrate_instances(out: Path, latencies: bool = True) -> Calibrated:
     instance's calibration traces measured, pooled (the probe fit alone where no calibration run exists);
     the table of those scales; and every study run with its own scale (``own-scale``, a diagnostic), with
     the scale of the run its instance served before it (``tracking``) and with the scale of its instance's
-    calibration traces and runs of the other seeds (``other-seeds``; ``calibrate.twin_own_scale``)."""
+    calibration traces and runs of the other seeds (``other-seeds``; ``calibrate.twin.own_scale``)."""
     profiles, rows = {}, []
     runs: Scaled = {"own-scale": [], "tracking": [], "other-seeds": []}
     calibrated: dict[str, RunScale] = {}
@@ -198,7 +198,7 @@ def loop_text(profile: Path, cal_run: RunScale) -> str:
 
 
 def calibration(out: Path, label: str, fitted: Path) -> tuple[RunScale, list[RunScale]] | None:
-    """The instance's calibration traces as one run (``calibrate.twin_own_scale.pooled_calibration``) and
+    """The instance's calibration traces as one run (``calibrate.twin.own_scale.pooled_calibration``) and
     each of them: None where it served none; an error where none of them measured a decode scale."""
     dirs = calibration_dirs(out, label)
     if not dirs:
@@ -246,7 +246,7 @@ def known_cells(out: Path, rate: float | None) -> Cells | None:
 
 def fit_family(out: Path, family: str, latencies: bool = True) -> Path:
     """Fit one engine family's CPU profile on every probe of it → OUT/profiles/cpu-<family>.yaml (with
-    ``latencies``, SGLang's with its probed instance's measured latencies: ``calibrate.twin_steplog``)."""
+    ``latencies``, SGLang's with its probed instance's measured latencies: ``calibrate.twin.steplog``)."""
     base = fit_base(out, family) if latencies else "cpu-base"
     return fit_to(probe_dirs(out, family), family, out / "profiles" / f"cpu-{family}.yaml", base)
 
@@ -444,7 +444,3 @@ def study(a: argparse.Namespace) -> int:
     (out / "report.md").write_text(report)
     print(report)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Did an engine instance change speed *within* a run? ``calibrate.host_speed`` gives one median per run; a
+"""Did an engine instance change speed *within* a run? ``calibrate.twin.host_speed`` gives one median per run; a
 40-s run can hold a slow stretch and a fast one. Here every decode-only forward of an instance is priced by its
 calibration traces' forwards of the same batch size — the median of those with as many requests decoding (at
 least ``MIN_SHAPE`` of them; other sizes by a line through those medians, seconds = a + b·requests) — and each
@@ -9,7 +9,7 @@ prompt is 2,048 tokens and outputs 32–128, so within one batch size it moves a
 traces it is nearly a multiple of the batch size, which a fit on both cannot tell apart). Windows with fewer
 than ``MIN_FORWARDS`` forwards are left out.
 
-    python -m calibrate.speed_windows OUT [--config sglang-lpm] [--width 10]
+    servetwin twin-study diagnose speed-windows OUT [--config sglang-lpm] [--width 10]
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.tables import print_table
-from calibrate.host_speed import decode_steps, served
-from calibrate.twin_live import CONFIGS, ORDER
+from calibrate.twin.host_speed import decode_steps, served
+from calibrate.twin.live import CONFIGS, ORDER
 from foundation.errors import ServetwinError
 
 MIN_FORWARDS = 10      # forwards a window needs to be shown
@@ -85,13 +85,10 @@ def table(out: Path, config: str | None = None, width: float = 10.0) -> pd.DataF
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose speed-windows",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("out", help="a twin-study folder (OUT)")
     ap.add_argument("--config", help="one configuration (default: every instance with a step log)")
     ap.add_argument("--width", type=float, default=10.0, help="window length in seconds (default 10)")
     a = ap.parse_args(argv)
     return print_table(lambda: table(Path(a.out), a.config, a.width).round(3))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -32,7 +32,7 @@ whole study but the seed under test, not one that could run ahead of the engine.
 The engine-pooled twin (``engine_pooled``) scales every run of an engine by the calibration traces of *all*
 its instances in the study, pooled: the same seed-0 traces the held-out twin uses, three to five times as
 many of them. Where a run's speed is mostly its own noise, a scale over more traces predicts it better than
-its own instance's 30 s do (``calibrate.scale_drift``: "the family's calibration traces"), at the price of
+its own instance's 30 s do (``calibrate.twin.diagnose.scale_drift``: "the family's calibration traces"), at the price of
 whatever speed is the instance's own.
 """
 
@@ -48,8 +48,8 @@ from analysis.records import RunRecord, find_runs, read_run, write_run
 from analysis.stats import geomean
 from calibrate.compare import side_by_side, twin, twin_dir
 from calibrate.decode_load import DecodeScale, measure, overhead_family, write_scaled
-from calibrate.twin_live import start_unix
-from calibrate.twin_steplog import PrefillScale, run_prefill_scale, with_prefill_scale
+from calibrate.twin.live import start_unix
+from calibrate.twin.steplog import PrefillScale, run_prefill_scale, with_prefill_scale
 from foundation.errors import ServetwinError
 
 MODEL = "tiny-llama"
@@ -62,7 +62,7 @@ class RunScale:
     fitted: Path                       # its engine family's probe-fitted profile (unscaled)
     scale: DecodeScale | None          # None: too few decode gaps in the run to measure one
     source: Path | str | None = None   # the run the scale was measured on (None: this run itself; a str: runs)
-    prefill: PrefillScale | None = None        # its prefill scale (calibrate.twin_steplog)
+    prefill: PrefillScale | None = None        # its prefill scale (calibrate.twin.steplog)
     prefill_source: Path | str | None = None   # the run it was measured on (as ``source``)
 
 
@@ -112,7 +112,7 @@ def spread(runs: list[RunScale]) -> str:
 
 
 def started(r: RunScale) -> float:
-    """When the run began (Unix seconds), as the live run recorded it (``calibrate.twin_live.start_unix``)."""
+    """When the run began (Unix seconds), as the live run recorded it (``calibrate.twin.live.start_unix``)."""
     return start_unix(r.live.meta, r.path)
 
 
@@ -140,7 +140,8 @@ def pooled_decode(parts: list[DecodeScale]) -> DecodeScale:
 
 def pooled_prefill(parts: list[PrefillScale]) -> PrefillScale:
     """Prefill scales measured on several runs as one: the geometric mean weighted by each one's count. Its
-    basis ends, as each part's does, with "over N" — N the pooled count (``calibrate.scale_drift`` reads it)."""
+    basis ends, as each part's does, with "over N" — N the pooled count (the scale-drift diagnosis reads
+    it)."""
     total = sum(p.n for p in parts)
     basis = re.sub(r"over \d+$", f"over {total}", parts[0].basis)
     return PrefillScale(geomean([p.scale for p in parts], [p.n for p in parts]), total, parts[0].family,

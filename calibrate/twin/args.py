@@ -1,4 +1,4 @@
-"""The two-engine study's options, shared by ``python -m calibrate.twin_study`` and ``servetwin twin-study``
+"""The two-engine study's options, shared by ``servetwin twin-study`` and ``servetwin twin-study``
 (kept apart from the study so that building the CLI's parser imports nothing heavy)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from foundation.errors import ServetwinError
 
-# the held-out twin's calibrations (calibrate.twin_study), the default first: its engine's calibration traces
+# the held-out twin's calibrations (calibrate.twin.study), the default first: its engine's calibration traces
 # pooled (docs/twin-study.md, "What it runs"), or each instance's own
 CALIBRATIONS = ("engine", "instance")
 
@@ -33,7 +33,7 @@ def seconds(text: str) -> float:
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The study's options (``python -m calibrate.twin_study`` and ``servetwin twin-study``)."""
+    """The study's options (``servetwin twin-study`` and ``servetwin twin-study``)."""
     ap.add_argument("--out", default="out/twin")
     ap.add_argument("--quick", action="store_true", help="one cell, 2 seeds, 40-second runs")
     ap.add_argument("--rate", type=float, default=None, help="skip the capacity search; use this DAG rate")
@@ -44,11 +44,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="leave out the engines' own latencies that their instances' step logs measured: "
                          "SGLang's front end and output path (by default its twins have them and its probes are "
                          "fitted with them), and a vLLM instance's front-end loop with --vllm-step-log "
-                         "(calibrate.twin_steplog, calibrate.vllm_front_end)")
+                         "(calibrate.twin.steplog, calibrate.vllm_front_end)")
     ap.add_argument("--vllm-step-log", action="store_true",
                     help="each vLLM instance also logs its iterations to OUT/logs/<config>.steps (vLLM's "
                          "--enable-logging-iteration-details; split a run's TTFT with python -m "
-                         "calibrate.vllm_admission); off by default")
+                         "calibrate.twin.diagnose.vllm_admission); off by default")
     ap.add_argument("--warm-up", type=seconds, default=0.0, metavar="SECONDS",
                     help="each instance first serves this many seconds of agent traffic spread over the cells "
                          "(seed 4, in OUT/warm-up; used by no twin) before its calibration traces; default 0: "

@@ -8,7 +8,7 @@ and 0.97–1.40× (Σ measured / Σ priced) in their study runs: the instance's 
 ``decode_scale`` is its decode speed. vLLM writes no step log; its prefill scale comes from the requests a run
 served alone (``calibrate.lone_prefill``: 0.98–1.21 on the calibration traces of eight studies). Each
 instance's profile takes the scale its calibration trace measured (held out); the tracking twin the scale of
-the run before (``calibrate.twin_own_scale``).
+the run before (``calibrate.twin.own_scale``).
 
 **Latencies outside its forwards** (``--no-path-latencies`` leaves them out): the front end's (send to
 the scheduler's receipt: 4.0–6.2 ms at an idle scheduler in 26 of that study's 27 SGLang runs) and the
@@ -37,7 +37,7 @@ from calibrate.decode_load import overhead_family
 from calibrate.engine_steps import prefill_scale, sglang_cost
 from calibrate.lone_prefill import lone_prefill_scale
 from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
-from calibrate.twin_live import CONFIGS, KNEE_PROBES, calibration_dirs
+from calibrate.twin.live import CONFIGS, KNEE_PROBES, calibration_dirs
 from calibrate.vllm_front_end import FrontEndFit, fit_loop
 from live.vllm_steplog import read_steps
 from simulator.profiles import load_hardware

@@ -3,7 +3,7 @@ other requests of the live run were in flight (sent, not yet finished) when it w
 right for lone requests but short under concurrency points at work the model does not carry — for the
 CPU engines here, the front end streaming other requests' tokens.
 
-    python -m calibrate.ttft_residuals LIVE_RUN SIM_RUN [LIVE_RUN SIM_RUN ...]
+    servetwin twin-study diagnose ttft-residuals LIVE_RUN SIM_RUN [LIVE_RUN SIM_RUN ...]
 
 (``servetwin compare`` writes the twins: ``SIM_DIR/<configuration>/<live run folder>``.)
 """
@@ -12,26 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import pandas as pd
 
 from analysis.records import RunRecord, read_run
 from analysis.tables import to_markdown
+from calibrate.streams import in_flight_at_send
 from foundation.errors import ServetwinError
 
 CAP = 3          # concurrency bins 0, 1, 2 and 3 or more
-
-
-def in_flight(send: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each send time, how many requests were inside [start, end) of their own (a request's own
-    interval never contains its send)."""
-    return np.array([int(((start < t) & (end > t)).sum()) for t in send])
-
-
-def in_flight_at_send(req: pd.DataFrame) -> np.ndarray:
-    """For each request, how many other requests were sent before it and had not finished."""
-    send, end = req["send_s"].to_numpy(float), req["last_token_s"].to_numpy(float)
-    return in_flight(send, send, np.where(np.isnan(end), np.inf, end))
 
 
 def residuals(live: RunRecord, sim: RunRecord) -> pd.DataFrame:
@@ -61,7 +49,8 @@ def by_concurrency(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose ttft-residuals",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="pairs: LIVE_RUN SIM_RUN …")
     a = ap.parse_args(argv)
     if len(a.runs) % 2:
@@ -75,7 +64,3 @@ def main(argv: list[str] | None = None) -> int:
     table["in_flight"] = [f"{v}+" if v == CAP else str(v) for v in table["in_flight"]]
     print(to_markdown(table))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,47 +1,57 @@
-"""Where a vLLM request's time to first token goes, read from the engine's own step log
-(``live.vllm_steplog``) beside the live run's client timestamps (both Unix times on one host).
-
-Each request's first token is matched to the logged forward that prefilled it — the latest iteration
-with a prefilled ("context") request logged at or before the token reached the client, at most
-``MATCH_S`` (100 ms) before it, begun after the request was sent, each forward matched to at most as
-many requests as it prefilled — and its TTFT split in three: **admission**, send → that forward's start (the
-front end, the engine core's input path, the forward under way and requests queued ahead; the time
-between the forward's end and its log line is in it too, about a millisecond); **prefill**, that
-forward's elapsed time as vLLM measured it (with chunked prefill, the chunk that finished the prompt);
-**output**, the log line → the token at the client. Binned by the streams in flight when it was sent
-(requests between their first and last token) and by the requests queued ahead of it (sent before it,
-no first token yet), the medians say which part grows with load: a twin that prices the forward right
-but misses the admission misses the front end, not the step.
-
-With ``--profile`` the twin's own split of the same requests stands beside it (``twin_*``: the simulator's
-step log of the identical trace — its admission is the profile's ``request_s`` plus the wait for the step
-under way, its output the profile's output latency, none for vLLM unless measured).
-
-    python -m calibrate.vllm_admission RUN --steps STEP_LOG [RUN --steps STEP_LOG ...] [--profile PROFILE]
-"""
+"""What a live run's records say of its requests' streams, for the calibrations that read them: the gaps
+between a request's tokens and the streams in flight across each (``token_gaps``; ``calibrate.decode_load``),
+the requests in flight when each was sent (``in_flight``, ``in_flight_at_send``; ``calibrate.lone_prefill``),
+and a vLLM request's time to first token split by its engine's step log into admission, prefill and output,
+live and in its twin (``split_ttft``, ``twin_split``; ``calibrate.vllm_front_end``)."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analysis.records import RunRecord, read_run
-from analysis.tables import to_markdown
+from analysis.records import RunRecord
 from calibrate.compare import twin
-from calibrate.ttft_residuals import in_flight
 from foundation.errors import ServetwinError
-from live.vllm_steplog import read_steps
 from simulator.profiles import HardwareProfile
 
+SAME_STEP_S = 0.002       # tokens of one step, as far apart as a client may see them
 MATCH_S = 0.100          # a first token reaches the client at most this long after its step's log line
 # (1-3 ms on an idle host; under load the API server may stream it tens of ms after logging the step)
 SLACK_S = 0.001          # a log line stamped this much after the token still counts (clocks, rounding)
-STREAM_BINS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 1 << 30)]
-QUEUE_BINS = [(0, 0), (1, 1), (2, 1 << 30)]
+
+
+def token_gaps(rec: RunRecord) -> pd.DataFrame:
+    """One row per gap between consecutive token chunks of a request: its length, the number of
+    requests streaming (between first and last token) at its midpoint, and how many other requests'
+    first tokens fall inside it (a prefill finished during the gap)."""
+    if rec.chunks is None:
+        raise ServetwinError(f"{rec.path}: no per-token times (simulate with record_tokens=True)")
+    req = rec.requests.dropna(subset=["first_token_s", "last_token_s"])
+    first, last = np.sort(req["first_token_s"].to_numpy()), np.sort(req["last_token_s"].to_numpy())
+    ch = rec.chunks.sort_values(["request_id", "t_s"])
+    t = ch["t_s"].to_numpy()
+    same = ch["request_id"].to_numpy()[1:] == ch["request_id"].to_numpy()[:-1]
+    gap, mid = np.diff(t)[same], ((t[1:] + t[:-1]) / 2)[same]
+    streaming = np.searchsorted(first, mid, side="right") - np.searchsorted(last, mid, side="left")
+    # a first token emitted by the step that ends the gap (a mixed step) counts; one that arrives with
+    # the gap's opening token does not (two streams of one step reach the client up to ~1 ms apart)
+    a, b = t[:-1][same] + SAME_STEP_S, t[1:][same] + SAME_STEP_S
+    prefills = np.searchsorted(first, b, side="right") - np.searchsorted(first, a, side="right")
+    return pd.DataFrame({"streaming": streaming, "gap_s": gap, "prefills_inside": prefills})
+
+
+def in_flight(send: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each send time, how many requests were inside [start, end) of their own (a request's own
+    interval never contains its send)."""
+    return np.array([int(((start < t) & (end > t)).sum()) for t in send])
+
+
+def in_flight_at_send(req: pd.DataFrame) -> np.ndarray:
+    """For each request, how many other requests were sent before it and had not finished."""
+    send, end = req["send_s"].to_numpy(float), req["last_token_s"].to_numpy(float)
+    return in_flight(send, send, np.where(np.isnan(end), np.inf, end))
 
 
 def split_ttft(run: RunRecord, steps: pd.DataFrame, match_s: float = MATCH_S) -> pd.DataFrame:
@@ -89,16 +99,6 @@ def match_forwards(send: np.ndarray, first: np.ndarray, end: np.ndarray, start: 
     return got
 
 
-def with_twin(run: RunRecord, steps: pd.DataFrame, profile: str | None, model: str) -> pd.DataFrame:
-    """``split_ttft``, with the twin's split of the same requests beside it (``twin_*`` columns) when a
-    profile is given."""
-    live = split_ttft(run, steps)
-    if profile is None:
-        return live
-    tw = twin_split(run, profile, model).set_index("request_id").add_prefix("twin_")
-    return live.join(tw, on="request_id", how="inner")
-
-
 def twin_split(run: RunRecord, profile: str | HardwareProfile, model: str = "tiny-llama",
                log: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     """The same split for the run's simulated twin, from the simulator's own step log (kept in ``log`` if
@@ -124,46 +124,3 @@ def twin_split(run: RunRecord, profile: str | HardwareProfile, model: str = "tin
     return pd.DataFrame({"request_id": req["request_id"].to_numpy(), "send_s": send, "ttft_s": first - send,
                          "admission_s": t0 - send, "prefill_s": t1 - t0, "output_s": first - t1,
                          "chunks": [chunks[i] for i in ids]})
-
-
-def binned(rows: pd.DataFrame, column: str, bins: list[tuple[int, int]]) -> pd.DataFrame:
-    """Median TTFT and parts (ms) and request counts per bin of ``column``."""
-    out = []
-    for lo, hi in bins:
-        g = rows[(rows[column] >= lo) & (rows[column] <= hi)]
-        if g.empty:
-            continue
-        label = str(lo) if lo == hi else (f"{lo}+" if hi >= 1 << 30 else f"{lo}–{hi}")
-        parts = ("ttft", "admission", "prefill", "output")
-        medians = {f"{p}_ms": float(g[f"{p}_s"].median() * 1000) for p in parts}
-        medians |= {f"twin_{p}_ms": float(g[f"twin_{p}_s"].median() * 1000) for p in parts if f"twin_{p}_s" in g}
-        out.append({column: label, "requests": len(g), **medians})
-    return pd.DataFrame(out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="live run folders")
-    ap.add_argument("--steps", action="append", required=True,
-                    help="the step log of the instance that served each run (once per run, in order)")
-    ap.add_argument("--profile", help="a fitted hardware profile: add the twin's own split of the same requests")
-    ap.add_argument("--model", default="tiny-llama")
-    a = ap.parse_args(argv)
-    if len(a.steps) != len(a.runs):
-        ap.error(f"{len(a.runs)} run(s) and {len(a.steps)} --steps: give each run the step log of its instance")
-    try:
-        rows = pd.concat([with_twin(read_run(r), read_steps(s), a.profile, a.model)
-                          for r, s in zip(a.runs, a.steps, strict=True)], ignore_index=True)
-    except ServetwinError as err:
-        print(f"vllm admission: error: {err}", file=sys.stderr)
-        return err.exit_code
-    print(f"{len(rows)} requests matched to their prefill forward\n")
-    print("## By streams in flight at send\n")
-    print(to_markdown(binned(rows, "streams", STREAM_BINS)))
-    print("\n## By requests queued ahead at send\n")
-    print(to_markdown(binned(rows, "queued_ahead", QUEUE_BINS)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,9 +14,9 @@ says the same for the simulated run of the identical trace. Per request, TTFT sp
 Requests pair exactly (same trace), so the tables give each component's median live and in the twin and
 the median of the per-request differences; a second table compares the forwards themselves by mode.
 
-    python -m calibrate.step_timeline --study OUT [--config sglang-lpm] [--cell rate0.39-sigma0.9]
+    servetwin twin-study diagnose step-timeline --study OUT [--config sglang-lpm] [--cell rate0.39-sigma0.9]
                                       [--calibration engine|instance]
-    python -m calibrate.step_timeline RUN_DIR --steps PREFIX --hardware PROFILE [--model tiny-llama]
+    servetwin twin-study diagnose step-timeline RUN_DIR --steps PREFIX --hardware PROFILE [--model tiny-llama]
 
 With ``--study`` each run is priced by the profile of the study's held-out twin: its engine's calibration
 traces pooled (``OUT/profiles/engine-pooled/<config>.yaml``, the study's default), or with ``--calibration
@@ -40,7 +40,7 @@ from analysis.tables import to_markdown
 from calibrate.compare import twin
 from calibrate.engine_steps import priced, sglang_cost
 from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
-from calibrate.twin_args import CALIBRATIONS, calibrated_path
+from calibrate.twin.args import CALIBRATIONS, calibrated_path
 from foundation.errors import ServetwinError
 
 PARTS = ("wait", "prefill", "after", "ttft")
@@ -158,7 +158,8 @@ def study_table(out: Path, config: str | None, cell: str | None, model: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose step-timeline",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", help="a live SGLang run directory (with --steps and --hardware)")
     ap.add_argument("--steps", help="the instance's step-log prefix (files PREFIX.<pid>)")
     ap.add_argument("--hardware", help="the instance's fitted profile")
@@ -188,7 +189,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}")
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

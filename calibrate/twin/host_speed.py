@@ -10,7 +10,7 @@ by more than the run-to-run spread, the twin's error there is the instance's (or
 speed, not the model's. SGLang's forwards come from its step log (``OUT/logs/<config>.steps.<pid>``), vLLM's
 from its iteration log (``--vllm-step-log``: ``OUT/logs/<config>.steps``); an instance without one is left out.
 
-    python -m calibrate.host_speed OUT [--config vllm-c512] [--summary]
+    servetwin twin-study diagnose host-speed OUT [--config vllm-c512] [--summary]
 
 The twin report carries the summary (one row per instance) as "Each instance's speed through the study".
 """
@@ -26,8 +26,8 @@ import pandas as pd
 
 from analysis.tables import print_table, to_markdown
 from calibrate.step_log import read_events
-from calibrate.twin_live import CONFIGS, ORDER, calibration_dirs, start_unix
-from calibrate.twin_steplog import has_step_log, step_log, vllm_step_log
+from calibrate.twin.live import CONFIGS, ORDER, calibration_dirs, start_unix
+from calibrate.twin.steplog import has_step_log, step_log, vllm_step_log
 from foundation.errors import ServetwinError
 from live.vllm_steplog import read_steps
 
@@ -142,12 +142,13 @@ def report_part(out: Path) -> list[str]:
     df = table(out)
     return [f"## Each instance's speed through the study (median of its decode-only forwards of 1–{MAX_BATCH} "
             "requests, from the engines' step logs, per run against its calibration traces; moved: beyond "
-            f"×{MOVED:g} or ÷{MOVED:g}; every run: `python -m calibrate.host_speed OUT`)\n",
+            f"×{MOVED:g} or ÷{MOVED:g}; every run: `servetwin twin-study diagnose host-speed OUT`)\n",
             to_markdown(summary(df).round(3)), ""]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose host-speed",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("out", help="a twin-study folder (OUT)")
     ap.add_argument("--config", help="one configuration (default: every instance with a step log)")
     ap.add_argument("--summary", action="store_true", help="one row per instance (the twin report's table)")
@@ -155,7 +156,3 @@ def main(argv: list[str] | None = None) -> int:
     if a.summary:
         return print_table(lambda: summary(table(Path(a.out), a.config)).round(3))
     return print_table(lambda: table(Path(a.out), a.config).round(3))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

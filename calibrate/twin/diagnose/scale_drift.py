@@ -9,7 +9,7 @@ mean of the calibration scales of every instance of the same engine in the study
 noisy measure of an instance, and on one machine the instances of an engine may differ less than their
 traces do) and the same traces pooled as the engine-pooled twin pools them (weighted by what each
 instance measured over), and the instance's other seeds (its calibration trace pooled with its study runs of every
-other seed, as the cross-validated twin takes them: ``calibrate.twin_own_scale.other_seeds``). Every
+other seed, as the cross-validated twin takes them: ``calibrate.twin.own_scale.other_seeds``). Every
 predictor is judged on the same runs — each instance's second and later — by the mean
 |ln(measured / predicted)|.
 
@@ -18,7 +18,7 @@ pooled one (what the held-out twin uses), and its study runs pooled (weighted as
 median and excess over the engine's pool, ln(runs / engine pooled) — whether an instance's speed is its
 own, and whether it is its configuration's (the same configuration, study after study) or chance.
 
-    python -m calibrate.scale_drift OUT [OUT ...] [--by-instance]
+    servetwin twin-study diagnose scale-drift OUT [OUT ...] [--by-instance]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import yaml
 
 from analysis.stats import geomean
 from analysis.tables import print_table
-from calibrate.twin_live import CONFIGS
+from calibrate.twin.live import CONFIGS
 from foundation.errors import ServetwinError
 
 SCALES = ("decode_scale", "prefill_scale")
@@ -97,7 +97,7 @@ def family_scale(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> fl
 
 def engine_pooled(cals: dict[str, dict[str, Scale]], engine: str, key: str) -> float:
     """One scale over the calibration traces of every instance of an engine, pooled as the engine-pooled
-    twin pools them (weighted by what each instance measured over; ``calibrate.twin_own_scale.engine_pooled``)."""
+    twin pools them (weighted by what each instance measured over; ``calibrate.twin.own_scale.engine_pooled``)."""
     return pooled([c[key] for label, c in cals.items() if CONFIGS[label][0] == engine and key in c])
 
 
@@ -167,7 +167,8 @@ def summary(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="servetwin twin-study diagnose scale-drift",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("studies", nargs="+", help="twin-study folders (OUT) whose reports were built")
     ap.add_argument("--by-instance", action="store_true",
                     help="where each instance's runs sat against its engine's pooled calibration")
@@ -176,7 +177,3 @@ def main(argv: list[str] | None = None) -> int:
     if a.by_instance:
         return print_table(lambda: instances(outs).round(4))
     return print_table(lambda: summary([errors(o) for o in outs]).round(4))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

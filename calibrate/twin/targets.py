@@ -19,7 +19,7 @@ from foundation.errors import ServetwinError
 PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
          "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
 GAP_TOLERANCE, PHI_TOLERANCE, ENGINE_TOLERANCE = 0.20, 0.15, 0.15
-TARGETS_FILE = "targets.csv"      # a study's held-out checks, written beside its report (calibrate.twin_bias)
+TARGETS_FILE = "targets.csv"      # a study's held-out checks, written beside its report (calibrate.twin.bias)
 
 
 def study_tables(sbs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
