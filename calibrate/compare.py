@@ -16,6 +16,7 @@ from analysis.metrics import run_metrics
 from analysis.records import RunRecord, write_run
 from analysis.stats import paired_gap, removed_fraction
 from analysis.tables import phi_interval
+from calibrate.translate import translate
 from foundation.errors import ServetwinError
 from scenarios.compiler import compile_trace
 from scenarios.spec import scenario_from_dict
@@ -25,44 +26,6 @@ from simulator.simulate import simulate
 
 METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "throughput", "kv_peak", "prefix_hit_fraction",
            "pace_realised")
-
-
-def _arg(cfg: dict[str, Any], name: str) -> Any:
-    return cfg.get(name, cfg.get(f"arg.{name}"))
-
-
-def engine_for(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Preset and overrides reproducing a live run's resolved configuration."""
-    # On a CPU there are no CUDA graphs, but the profile's "graph" step overhead is what the probes fit for
-    # pure-decode steps and its "eager" one for steps with prefill, so the graph limit stays as resolved.
-    if "schedule_policy" in cfg or "chunked_prefill_size" in cfg:
-        sg = {k: cfg[k] for k in ("schedule_policy", "chunked_prefill_size", "max_total_tokens",
-                                   "max_running_requests", "context_length", "max_prefill_tokens") if cfg.get(k)}
-        if cfg.get("attention_backend"):
-            sg["attention_backend"] = str(cfg["attention_backend"])
-        for k in ("disable_radix_cache", "disable_overlap_schedule"):
-            if cfg.get(k) is not None:
-                sg[k] = bool(cfg[k])
-        preset = "sglang-0.4.1" if str(cfg.get("version", "")).startswith("0.4") else "sglang-current"
-        return preset, sg
-    version = str(cfg.get("version", ""))
-    v0 = version.startswith(("0.5", "0.6", "0.7"))
-    bs = int(cfg.get("block_size") or 16)
-    over: dict[str, Any] = {"block_size": bs}
-    for k in ("enable_prefix_caching", "enable_chunked_prefill", "max_model_len"):
-        if _arg(cfg, k) is not None:
-            over[k] = _arg(cfg, k)
-    for k in ("max_num_batched_tokens", "max_num_seqs"):
-        if _arg(cfg, k) is not None:
-            over[k] = int(_arg(cfg, k))
-    policy = _arg(cfg, "scheduling_policy")
-    if policy:
-        over["scheduling_policy"] = policy
-    tokens = cfg.get("kv_cache_size_tokens")
-    blocks = cfg.get("num_gpu_blocks") if not tokens else int(tokens) // bs
-    if blocks:
-        over["num_gpu_blocks"] = int(blocks)
-    return ("vllm-0.6.3" if v0 else "vllm-v1"), over
 
 
 def live_trace(live: RunRecord, traces: tuple[Trace, ...] = ()) -> Trace:
@@ -86,7 +49,8 @@ def twin(live: RunRecord, hardware: str | HardwareProfile, model: str, record_to
     if trace.digest != live.meta["trace_digest"]:
         raise ServetwinError(f"{live.path}: recompiled trace {trace.digest} differs from the run's "
                              f"{live.meta['trace_digest']}; cannot simulate the identical trace")
-    preset, over = engine_for(live.meta["engine_config"])
+    tr = translate(live.meta["engine_config"], str(live.path))
+    preset, over = tr.preset, tr.overrides
     ctx = over.get("max_model_len") or over.get("context_length")
     rec = simulate(trace, preset, hardware, model, over, context=ctx,
                    timeout_s=float(live.meta.get("request_timeout_s", 300.0)), record_tokens=record_tokens,

@@ -38,9 +38,10 @@ import yaml
 from analysis.records import RunRecord, read_run
 from analysis.stats import geomean
 from analysis.tables import to_markdown
-from calibrate.compare import engine_for, twin
+from calibrate.compare import twin
 from calibrate.gates import PoorFit, scale_failure
 from calibrate.streams import token_gaps
+from calibrate.translate import translate
 from foundation.errors import ServetwinError
 from simulator.presets import PRESETS
 from simulator.profiles import load_hardware
@@ -94,7 +95,7 @@ def weighted_scale(rows: pd.DataFrame) -> float:
 
 def overhead_family(live: RunRecord) -> str:
     """The profile's overhead family the live run's configuration is simulated with."""
-    preset, _ = engine_for(live.meta["engine_config"])
+    preset = translate(live.meta["engine_config"], str(live.path)).preset
     return str(PRESETS[preset][0].model_fields["family"].default)
 
 

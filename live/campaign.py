@@ -11,8 +11,8 @@ warmup: 20
 scenario: scenarios/examples/cpu-small.yaml   # default for every configuration
 seeds: [1, 2, 3]
 configs:
-  - {label: apc-on,  local: {prefix_caching: true,  block_size: 32}}
-  - {label: apc-off, local: {prefix_caching: false, block_size: 32}}
+  - {label: apc-on,  local: {enable_prefix_caching: true,  block_size: 32}}
+  - {label: apc-off, local: {enable_prefix_caching: false, block_size: 32}}
   - {label: remote,  endpoint: "http://10.0.0.5:8000", model: meta-llama/Llama-3.1-8B-Instruct}
 ```
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from analysis.records import read_run
 from foundation.errors import SpecError
@@ -41,11 +41,25 @@ class _F(BaseModel):
 
 
 class LocalSpec(_F):
-    prefix_caching: bool = True
-    chunked_prefill: int | None = None
+    """The local vLLM CPU engine's configuration, in vLLM's own argument names."""
+
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = False
+    max_num_batched_tokens: int | None = None
     block_size: int = 32
-    policy: str = "fcfs"
+    scheduling_policy: str = "fcfs"
     kv_gib: int = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_names(cls, data: Any) -> Any:
+        """Earlier campaign files' spellings, refused with the engine's name for each."""
+        renamed = {"prefix_caching": "enable_prefix_caching", "policy": "scheduling_policy",
+                   "chunked_prefill": "enable_chunked_prefill: true with max_num_batched_tokens: N"}
+        for old, new in renamed.items():
+            if isinstance(data, dict) and old in data:
+                raise ValueError(f"'{old}' is spelled as vLLM spells it now: {new}")
+        return data
 
 
 class RunConfig(_F):
@@ -126,9 +140,7 @@ def _engine(rc: RunConfig, out: Path) -> VllmCpu:
     assert rc.local is not None
     model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
     loc = rc.local
-    eng = VllmCpu(model, port=free_port(), prefix_caching=loc.prefix_caching, chunked_prefill=loc.chunked_prefill,
-                  block_size=loc.block_size, policy=loc.policy, kv_gib=loc.kv_gib,
-                  log_path=out / rc.label / "engine.log")
+    eng = VllmCpu(model, port=free_port(), log_path=out / rc.label / "engine.log", **loc.model_dump())
     return eng.start()
 
 

@@ -41,7 +41,7 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
             with contextlib.suppress(ValueError, SyntaxError):
                 out.update({f"arg.{k}": v for k, v in ast.literal_eval(m.group(1)).items()})
         if m := _V_INIT.search(line):
-            out["version"] = m.group(1)
+            out["engine"], out["version"] = "vllm", m.group(1)
             for k, v in _KV.findall(m.group(2)):
                 if k in KEEP:
                     out[k] = _value(v)
@@ -60,9 +60,11 @@ def parse_sglang_log(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for line in text.splitlines():
         if m := _SG_ARGS.search(line):
+            out["engine"] = "sglang"
             for k, v in _KV.findall(m.group(1)):
                 out[k] = _value(v)
         elif m := _SG_ARGS_DICT.search(line):
+            out["engine"] = "sglang"
             with contextlib.suppress(ValueError, SyntaxError):
                 out.update({k: v for k, v in ast.literal_eval(m.group(1)).items()
                             if isinstance(v, str | int | float | bool) or v is None})

@@ -1,8 +1,9 @@
 """A real engine on this machine: vLLM's CPU build in its own virtual environment (``make engine``),
 serving a tiny random-weight Llama with a locally trained tokenizer.
 
-    python -m live.local_engine --port 8000 [--prefix-caching/--no-prefix-caching] [--chunked-prefill N]
-                                [--block-size 32] [--policy fcfs|priority] [--kv-gib 1]
+    python -m live.local_engine --port 8000 [--no-enable-prefix-caching] [--enable-chunked-prefill
+                                --max-num-batched-tokens N] [--block-size 32] [--scheduling-policy fcfs] [--kv-gib 1]
+    python -m live.local_engine --engine sglang [--schedule-policy lpm] [--chunked-prefill-size N]
 
 Starts the OpenAI server, waits for health, prints the URL and the log path, stops cleanly on Ctrl-C.
 The engine's Python is ``$SERVETWIN_ENGINE_PYTHON`` or ``.engine-venv/bin/python`` in the repository.
@@ -18,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -56,23 +58,18 @@ def tiny_model(out: Path, layers: int = 4, hidden: int = 256, vocab: int = 4096,
 
 
 @dataclass
-class VllmCpu:
-    """Configuration of one local vLLM CPU server; a context manager that starts and stops it."""
+class LocalEngine:
+    """One local engine server on this machine: its process, health, pause and stop. Subclasses say how the
+    engine is launched, in the engine's own argument names (``VllmCpu``, ``SglangCpu``)."""
 
     model_dir: Path
     port: int = 8000
-    prefix_caching: bool = True
-    chunked_prefill: int | None = None        # None: off; N: on with max_num_batched_tokens=N
-    block_size: int = 32
-    policy: str = "fcfs"
-    kv_gib: int = 1
     max_model_len: int = 8192
-    log_path: Path = field(default_factory=lambda: Path("vllm-engine.log"))
+    log_path: Path = field(default_factory=lambda: Path("engine.log"))
     extra: list[str] = field(default_factory=list)
+    step_log: Path | None = None
     _proc: subprocess.Popen[bytes] | None = None
     _paused: bool = False
-    step_log: Path | None = None      # vLLM: every iteration's batch and forward time to this file (live.vllm_steplog)
-    cpus: str | None = None           # vLLM: the cores its OpenMP threads are bound to (VLLM_CPU_OMP_THREADS_BIND, "0")
 
     @property
     def url(self) -> str:
@@ -84,35 +81,16 @@ class VllmCpu:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def argv(self) -> list[str]:
-        a = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-             "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(self.max_model_len),
-             "--block-size", str(self.block_size), "--scheduling-policy", self.policy, "--dtype", "bfloat16",
-             "--served-model-name", "tiny-llama"]
-        a.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
-        if self.chunked_prefill:
-            a += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(self.chunked_prefill)]
-        else:
-            a += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.max_model_len)]
-        if self.step_log is not None:
-            a.append("--enable-logging-iteration-details")
-        return a + self.extra
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
 
     def expected(self) -> dict[str, object]:
         """What this configuration means to test, in the resolved configuration's words."""
-        return {"enable_prefix_caching": self.prefix_caching, "enable_chunked_prefill": bool(self.chunked_prefill),
-                "block_size": self.block_size}
+        raise NotImplementedError
 
-    def env(self) -> dict[str, str]:
-        # dev mode: /reset_prefix_cache, so a run can start with an empty prefix cache (LiveOptions.cold_cache)
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
-        if self.step_log is not None:
-            env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config(self.step_log))
-        if self.cpus is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
-        return env
-
-    def start(self, timeout_s: float = 600.0) -> VllmCpu:
+    def start(self, timeout_s: float = 600.0) -> Self:
         env = self.env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - owned by the process
@@ -164,11 +142,57 @@ class VllmCpu:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
 
-    def __enter__(self) -> VllmCpu:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass
+class VllmCpu(LocalEngine):
+    """vLLM's CPU build serving the tiny model, configured by vLLM's own argument names."""
+
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = False
+    max_num_batched_tokens: int | None = None   # chunked prefill's token budget (None: vLLM's default)
+    block_size: int = 32
+    scheduling_policy: str = "fcfs"
+    kv_gib: int = 1                   # VLLM_CPU_KVCACHE_SPACE: the KV cache's GiB on the CPU
+    log_path: Path = field(default_factory=lambda: Path("vllm-engine.log"))
+    step_log: Path | None = None      # every iteration's batch and forward time to this file (live.vllm_steplog)
+    cpus: str | None = None           # the cores its OpenMP threads are bound to (VLLM_CPU_OMP_THREADS_BIND, "0")
+
+    def argv(self) -> list[str]:
+        a = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+             "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(self.max_model_len),
+             "--block-size", str(self.block_size), "--scheduling-policy", self.scheduling_policy,
+             "--dtype", "bfloat16", "--served-model-name", "tiny-llama"]
+        a.append("--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching")
+        if self.enable_chunked_prefill:
+            a.append("--enable-chunked-prefill")
+            if self.max_num_batched_tokens:
+                a += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        else:
+            a += ["--no-enable-chunked-prefill", "--max-num-batched-tokens",
+                  str(self.max_num_batched_tokens or self.max_model_len)]
+        if self.step_log is not None:
+            a.append("--enable-logging-iteration-details")
+        return a + self.extra
+
+    def expected(self) -> dict[str, object]:
+        return {"enable_prefix_caching": self.enable_prefix_caching,
+                "enable_chunked_prefill": self.enable_chunked_prefill, "block_size": self.block_size}
+
+    def env(self) -> dict[str, str]:
+        # dev mode: /reset_prefix_cache, so a run can start with an empty prefix cache (LiveOptions.cold_cache)
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_gib), "VLLM_LOGGING_LEVEL": "INFO",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+        if self.step_log is not None:
+            env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config(self.step_log))
+        if self.cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
+        return env
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -176,31 +200,41 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="start a local vLLM CPU server on a tiny random-weight Llama")
+    ap = argparse.ArgumentParser(description="start a local vLLM CPU (or SGLang CPU) server on a tiny random-weight "
+                                 "Llama; knobs in the engine's own argument names")
     ap.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--model-dir", default=str(ROOT / ".engine-venv" / "tiny-llama"))
-    ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--chunked-prefill", type=int, default=None, help="token budget; omit for off")
-    ap.add_argument("--block-size", type=int, default=32)
-    ap.add_argument("--policy", default=None, help="vLLM: fcfs|priority (fcfs); SGLang: lpm|fcfs|… (lpm)")
-    ap.add_argument("--max-total-tokens", type=int, default=65536, help="SGLang KV pool cap")
-    ap.add_argument("--kv-gib", type=int, default=1)
     ap.add_argument("--log", default="vllm-engine.log")
-    ap.add_argument("--cpus", default=None, help="vLLM: bind its OpenMP threads to these cores, e.g. 0 or 0-1 "
-                    "(VLLM_CPU_OMP_THREADS_BIND; default: vLLM's own choice)")
     ap.add_argument("--step-log", default=None, help="SGLang: log its scheduler's forwards to STEP_LOG.<pid>; "
                     "vLLM: every iteration's batch and forward time to STEP_LOG")
+    v = ap.add_argument_group("vLLM")
+    v.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    v.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=False)
+    v.add_argument("--max-num-batched-tokens", type=int, default=None)
+    v.add_argument("--block-size", type=int, default=32)
+    v.add_argument("--scheduling-policy", default="fcfs", help="fcfs|priority")
+    v.add_argument("--kv-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE")
+    v.add_argument("--cpus", default=None, help="bind its OpenMP threads to these cores, e.g. 0 or 0-1 "
+                   "(VLLM_CPU_OMP_THREADS_BIND; default: vLLM's own choice)")
+    g = ap.add_argument_group("SGLang")
+    g.add_argument("--schedule-policy", default="lpm", help="lpm|fcfs|…")
+    g.add_argument("--chunked-prefill-size", type=int, default=None, help="default: SGLang's resolved one")
+    g.add_argument("--disable-radix-cache", action="store_true")
+    g.add_argument("--max-total-tokens", type=int, default=65536, help="the KV pool's cap")
     a = ap.parse_args(argv)
     model = tiny_model(Path(a.model_dir))
+    step_log = Path(a.step_log) if a.step_log else None
+    eng: LocalEngine
     if a.engine == "sglang":
-        eng: VllmCpu = SglangCpu(model, a.port, a.prefix_caching, a.chunked_prefill, policy=a.policy or "lpm",
-                                 max_total_tokens=a.max_total_tokens, log_path=Path(a.log),
-                                 step_log=Path(a.step_log) if a.step_log else None)
+        eng = SglangCpu(model, a.port, log_path=Path(a.log), step_log=step_log, schedule_policy=a.schedule_policy,
+                        chunked_prefill_size=a.chunked_prefill_size, disable_radix_cache=a.disable_radix_cache,
+                        max_total_tokens=a.max_total_tokens)
     else:
-        eng = VllmCpu(model, a.port, a.prefix_caching, a.chunked_prefill, a.block_size, a.policy or "fcfs",
-                      a.kv_gib, log_path=Path(a.log), step_log=Path(a.step_log) if a.step_log else None,
-                      cpus=a.cpus)
+        eng = VllmCpu(model, a.port, log_path=Path(a.log), step_log=step_log,
+                      enable_prefix_caching=a.enable_prefix_caching, enable_chunked_prefill=a.enable_chunked_prefill,
+                      max_num_batched_tokens=a.max_num_batched_tokens, block_size=a.block_size,
+                      scheduling_policy=a.scheduling_policy, kv_gib=a.kv_gib, cpus=a.cpus)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)            # stop the engine as Ctrl-C does (kill, a service manager)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # a background job starts with SIGINT ignored
@@ -226,24 +260,27 @@ def sglang_python() -> Path:
 
 
 @dataclass
-class SglangCpu(VllmCpu):
-    """SGLang 0.5.23 on its CPU path (torch_native attention, page size 1) serving the same tiny model.
-    ``chunked_prefill`` None keeps SGLang's resolved default; ``prefix_caching`` False disables the radix
-    cache; ``max_total_tokens`` caps the KV pool (otherwise it reserves most of RAM)."""
+class SglangCpu(LocalEngine):
+    """SGLang 0.5.23 on its CPU path (torch_native attention, page size 1) serving the same tiny model,
+    configured by SGLang's own argument names: ``chunked_prefill_size`` None keeps SGLang's resolved default,
+    ``disable_radix_cache`` turns the prefix cache off, ``max_total_tokens`` caps the KV pool (otherwise it
+    reserves most of RAM)."""
 
-    policy: str = "lpm"
+    schedule_policy: str = "lpm"
+    chunked_prefill_size: int | None = None
+    disable_radix_cache: bool = False
     max_total_tokens: int = 65536
     log_path: Path = field(default_factory=lambda: Path("sglang-engine.log"))
     step_log: Path | None = None      # a file prefix: the scheduler's forwards logged (live/sglang_cpu/steplog)
 
     def argv(self) -> list[str]:
         a = [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(self.model_dir), "--device", "cpu",
-             "--host", "127.0.0.1", "--port", str(self.port), "--schedule-policy", self.policy,
+             "--host", "127.0.0.1", "--port", str(self.port), "--schedule-policy", self.schedule_policy,
              "--enable-cache-report", "--enable-metrics", "--max-total-tokens", str(self.max_total_tokens),
              "--context-length", str(self.max_model_len), "--served-model-name", "tiny-llama"]
-        if self.chunked_prefill:
-            a += ["--chunked-prefill-size", str(self.chunked_prefill)]
-        if not self.prefix_caching:
+        if self.chunked_prefill_size:
+            a += ["--chunked-prefill-size", str(self.chunked_prefill_size)]
+        if self.disable_radix_cache:
             a.append("--disable-radix-cache")
         return a + self.extra
 
@@ -256,9 +293,9 @@ class SglangCpu(VllmCpu):
         return env
 
     def expected(self) -> dict[str, object]:
-        exp: dict[str, object] = {"schedule_policy": self.policy, "max_total_tokens": self.max_total_tokens}
-        if self.chunked_prefill:
-            exp["chunked_prefill_size"] = self.chunked_prefill
+        exp: dict[str, object] = {"schedule_policy": self.schedule_policy, "max_total_tokens": self.max_total_tokens}
+        if self.chunked_prefill_size:
+            exp["chunked_prefill_size"] = self.chunked_prefill_size
         return exp
 
 

@@ -102,10 +102,11 @@ def _through_router(trace: Trace, workers: list[str], policy: str, out: Path, en
 
 
 def _compare(trace: Trace, policy: str, live: RunRecord, out: Path) -> dict[str, Any]:
-    from calibrate.compare import engine_for
+    from calibrate.translate import translate
     from simulator.cluster import ClusterSpec
     from simulator.cluster_run import simulate_cluster
-    preset, over = engine_for(live.meta["engine_config"])
+    tr = translate(live.meta["engine_config"], str(live.path))
+    preset, over = tr.preset, tr.overrides
     spec = ClusterSpec((preset, preset), policy, (), tuple(sorted(over.items())))
     sim = simulate_cluster(trace, spec, str(out / "cpu-fitted.yaml"), "tiny-llama",
                            context=over.get("max_model_len"))

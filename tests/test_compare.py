@@ -160,17 +160,45 @@ def test_compare_on_identical_inputs_reports_zero_error(tmp_path: Path, small_tr
 
 
 def test_twin_takes_the_live_runs_resolved_settings():
-    from calibrate.compare import engine_for
-    preset, over = engine_for({"version": "0.5.23", "schedule_policy": "lpm", "chunked_prefill_size": 512,
-                               "max_total_tokens": 65536, "attention_backend": "torch_native",
-                               "disable_radix_cache": False})
-    assert preset == "sglang-current"
-    assert over == {"schedule_policy": "lpm", "chunked_prefill_size": 512, "max_total_tokens": 65536,
-                    "attention_backend": "torch_native", "disable_radix_cache": False}
-    preset, over = engine_for({"version": "0.32.0", "block_size": 32, "enable_prefix_caching": True,
-                               "max_num_batched_tokens": 8192})
-    assert preset == "vllm-v1" and over == {"block_size": 32, "enable_prefix_caching": True,
-                                            "max_num_batched_tokens": 8192}
+    from calibrate.translate import translate
+    tr = translate({"version": "0.5.23", "schedule_policy": "lpm", "chunked_prefill_size": 512,
+                    "max_total_tokens": 65536, "attention_backend": "torch_native", "disable_radix_cache": False})
+    assert (tr.engine, tr.preset) == ("sglang", "sglang-current")
+    assert tr.overrides == {"schedule_policy": "lpm", "chunked_prefill_size": 512, "max_total_tokens": 65536,
+                            "attention_backend": "torch_native", "disable_radix_cache": False}
+    tr = translate({"version": "0.32.0", "block_size": 32, "enable_prefix_caching": True,
+                    "max_num_batched_tokens": 8192})
+    assert tr.preset == "vllm-v1" and tr.overrides == {"block_size": 32, "enable_prefix_caching": True,
+                                                       "max_num_batched_tokens": 8192}
+    assert translate({"engine": "vllm", "version": "0.6.3.post1"}).preset == "vllm-0.6.3"
+    assert translate({"engine": "sglang", "version": "0.4.1"}).preset == "sglang-0.4.1"
+    assert translate({"engine": "sglang", "version": "0.4.3.post2"}).preset == "sglang-current"
+
+
+@pytest.mark.parametrize(("cfg", "words"), [
+    ({"max_model_len": 8192}, "cannot tell which engine"),
+    ({"engine": "vllm", "block_size": 16}, "has no version"),
+    ({"engine": "sglang", "version": "0.3.6"}, "before 0.4"),
+    ({"engine": "vllm", "version": "0.6.3", "num_scheduler_steps": 8}, "multi-step scheduling"),
+    ({"engine": "vllm", "version": "0.6.3", "arg.scheduling_policy": "lifo"}, "vLLM's are fcfs, priority"),
+    ({"engine": "sglang", "version": "0.4.1", "schedule_policy": "random"}, "the simulator models lpm"),
+    ({"engine": "sglang", "version": "0.4.1", "speculative_algorithm": "EAGLE"}, "speculative decoding"),
+    ({"engine": "sglang", "version": "0.4.1", "tp_size": 2}, "one GPU per engine"),
+])
+def test_a_configuration_it_cannot_reproduce_is_refused_not_guessed(cfg: dict, words: str):
+    from calibrate.translate import Untranslatable, translate
+    with pytest.raises(Untranslatable, match=words) as err:
+        translate(cfg, "runs/x")
+    assert str(err.value).startswith("runs/x: ") and err.value.exit_code == 2
+
+
+def test_the_captured_configuration_names_its_engine():
+    from live.config_capture import parse_log
+    vllm = parse_log("INFO 12-05 Initializing a V1 LLM engine (v0.32.0) with config: model='m', "
+                     "enable_prefix_caching=True, dtype=torch.bfloat16\n")
+    sglang = parse_log("[2026-12-05] server_args=ServerArgs(model_path='m', schedule_policy='lpm', "
+                       "chunked_prefill_size=512)\n")
+    assert (vllm["engine"], vllm["version"]) == ("vllm", "0.32.0") and sglang["engine"] == "sglang"
 
 
 def test_twin_study_keeps_pace_table():
@@ -286,12 +314,10 @@ def _fake_study(root: Path, decode_scale: float = 1.0, duration: float = 15.0, d
             apart = (calibrated_apart or {}).get(label) if seed == 0 else None
             profile = served(f"{sharing:g}-{seed}-{label}", apart) if apart is not None else shared
             if kind == "vllm":
-                over = {"block_size": 32, "enable_chunked_prefill": opts["chunked_prefill"] is not None,
-                        **({"max_num_batched_tokens": opts["chunked_prefill"]} if opts["chunked_prefill"] else {})}
+                over = {"block_size": 32, **opts}          # the study's knobs are the simulator's names
                 rec = simulate(trace, "vllm-v1", str(profile), "tiny-llama", over, context=8192, record_tokens=True)
             else:
-                over = {"schedule_policy": opts["policy"], "max_total_tokens": 65536,
-                        **({"chunked_prefill_size": opts["chunked_prefill"]} if opts.get("chunked_prefill") else {})}
+                over = {"max_total_tokens": 65536, **opts}
                 rec = simulate(trace, "sglang-current", str(profile), "tiny-llama", over, context=8192,
                                record_tokens=True)
             rec.meta.update({"source": "live", "engine": label})

@@ -16,6 +16,7 @@ import pytest
 
 from analysis.metrics import run_metrics
 from analysis.records import read_run
+from calibrate.translate import translate
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, VllmCpu, tiny_model
 from live.run import LiveOptions, run_live
@@ -99,6 +100,9 @@ def test_live_run_against_vllm_with_prometheus(engine: VllmCpu, prometheus: str,
     assert (req["first_token_s"] > req["send_s"]).all() and (req["last_token_s"] >= req["first_token_s"]).all()
     cfg = rec.meta["engine_config"]
     assert cfg["enable_prefix_caching"] is True and cfg["block_size"] == 32 and cfg["version"]
+    tr = translate(cfg)                  # the real engine's resolved configuration → its simulated twin's preset
+    assert (tr.engine, tr.preset) == ("vllm", "vllm-v1") and tr.overrides["block_size"] == 32
+    assert tr.overrides["enable_prefix_caching"] is True and tr.overrides["num_gpu_blocks"] > 0
     procs = rec.meta["host"]["engine_processes"]             # the engine's own processes, accounted for
     worker = [v for k, v in procs.items() if k.startswith("VLLM::Worker")]
     assert worker and worker[0]["cpu_s"] > 0 and any(k.startswith("VLLM::EngineCor") for k in procs)
@@ -185,7 +189,7 @@ def test_compare_two_cpu_configurations(engine: VllmCpu, model_dir: Path, tmp_pa
     trace = small_trace(duration=25.0, seed=3)
     dcfg = DispatchConfig(endpoint=engine.url, model="tiny-llama", warmup=2)
     run_live(trace, dcfg, LiveOptions("apc-on", engine_log=str(engine.log_path)), tmp_path / "live" / "apc-on")
-    off = VllmCpu(model_dir, port=free_port(), prefix_caching=False, log_path=tmp_path / "off.log").start()
+    off = VllmCpu(model_dir, port=free_port(), enable_prefix_caching=False, log_path=tmp_path / "off.log").start()
     try:
         dcfg = DispatchConfig(endpoint=off.url, model="tiny-llama", warmup=2)
         run_live(trace, dcfg, LiveOptions("apc-off", engine_log=str(off.log_path)), tmp_path / "live" / "apc-off")
@@ -238,6 +242,9 @@ def test_sglang_cpu_serves_with_radix_hits_and_compares(model_dir: Path, tmp_pat
     assert req["ok"].all() and (req["cached_tokens"] > 0).sum() > len(req) // 2      # radix hits per request
     cfg = rec.meta["engine_config"]
     assert cfg["schedule_policy"] == "lpm" and cfg["page_size"] == 1 and not rec.meta["config_warnings"]
+    tr = translate(cfg)
+    assert (tr.engine, tr.preset) == ("sglang", "sglang-current") and tr.overrides["schedule_policy"] == "lpm"
+    assert tr.overrides["max_total_tokens"] == eng.max_total_tokens and tr.overrides["chunked_prefill_size"] > 0
     assert rec.meta["telemetry_summary"]["prefix_hit_tokens"] > 0
     res, _ = fit_probes([tmp_path / "probe"], "sglang", "tiny-llama", "cpu-base", tmp_path / "cpu-sglang.yaml",
                         accept_poor_fit=True)                 # its own bounds below; the gates hold the recipe

@@ -22,18 +22,20 @@ import numpy as np
 from calibrate.probes import ProbePlan, probe
 from foundation.errors import ServetwinError
 from live.dispatcher import DispatchConfig
-from live.local_engine import ROOT, SglangCpu, VllmCpu, free_port, tiny_model
+from live.local_engine import ROOT, LocalEngine, SglangCpu, VllmCpu, free_port, tiny_model
 from live.run import LiveOptions, run_live
 from scenarios.compiler import build_trace, compile_trace
 from scenarios.spec import scenario_from_dict
 from scenarios.trace import Trace
 
+# each configuration's engine and its knobs in the engine's own argument names: what its instance is launched
+# with (live.local_engine) and, as they are, the overrides of its simulated twin's preset
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "vllm-nochunk": ("vllm", {"chunked_prefill": None}),
-    "sglang-lpm": ("sglang", {"policy": "lpm"}),
-    "vllm-c512": ("vllm", {"chunked_prefill": 512}),
-    "sglang-lpm-c512": ("sglang", {"policy": "lpm", "chunked_prefill": 512}),
-    "sglang-fcfs-c512": ("sglang", {"policy": "fcfs", "chunked_prefill": 512}),
+    "vllm-nochunk": ("vllm", {"enable_chunked_prefill": False}),
+    "sglang-lpm": ("sglang", {"schedule_policy": "lpm"}),
+    "vllm-c512": ("vllm", {"enable_chunked_prefill": True, "max_num_batched_tokens": 512}),
+    "sglang-lpm-c512": ("sglang", {"schedule_policy": "lpm", "chunked_prefill_size": 512}),
+    "sglang-fcfs-c512": ("sglang", {"schedule_policy": "fcfs", "chunked_prefill_size": 512}),
 }
 # the order instances are started in: SGLang's default configuration first (its probes set the knee)
 ORDER = ("sglang-lpm", "sglang-lpm-c512", "vllm-nochunk", "vllm-c512", "sglang-fcfs-c512")
@@ -167,16 +169,15 @@ def probe_dirs(out: Path, family: str) -> list[Path]:
     return [d for d in dirs if (d / "run.json").is_file()]
 
 
-def engine(kind: str, opts: dict[str, Any], log: Path, vllm_steps: bool = False) -> VllmCpu:
+def engine(kind: str, opts: dict[str, Any], log: Path, vllm_steps: bool = False) -> LocalEngine:
     """The configuration's local instance, logging to ``log``: SGLang's forwards always to ``<log>.steps.<pid>``
     (calibrate.engine_steps); vLLM's iterations to ``<log>.steps`` with ``vllm_steps`` (read by the
     vllm-admission diagnosis)."""
     model = tiny_model(ROOT / ".engine-venv" / "tiny-llama")
     if kind == "sglang":
-        return SglangCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), policy=opts["policy"],
-                         log_path=log, step_log=log.with_suffix(".steps"))
-    return VllmCpu(model, free_port(), chunked_prefill=opts.get("chunked_prefill"), log_path=log,
-                   step_log=log.with_suffix(".steps") if vllm_steps else None)
+        return SglangCpu(model, free_port(), log_path=log, step_log=log.with_suffix(".steps"), **opts)
+    return VllmCpu(model, free_port(), log_path=log, step_log=log.with_suffix(".steps") if vllm_steps else None,
+                   **opts)
 
 
 def pending_probe(out: Path, label: str) -> Path | None:
@@ -253,7 +254,7 @@ def serve(out: Path, label: str, seeds: list[int], duration: float, cells: Calla
     return True
 
 
-def record_run(eng: VllmCpu, label: str, trace: Trace, dest: Path, root: Path) -> None:
+def record_run(eng: LocalEngine, label: str, trace: Trace, dest: Path, root: Path) -> None:
     """One live run on a started instance as the study serves it (a 5-request warm-up, then the prefix
     cache emptied, as its twin starts), its outcome printed by its path under ``root``."""
     rec = run_live(trace, DispatchConfig(endpoint=eng.url, model="tiny-llama", warmup=5),
@@ -297,7 +298,8 @@ def slot_run(out: Path, label: str, r: float, s: float, seed: int, duration: flo
 
 
 def open_instance(out: Path, label: str, seeds: list[int], duration: float, cells: Callable[[], Cells | None],
-                  vllm_steps: bool = False, warm_up: float = 0.0, calibration_slots: bool = False) -> VllmCpu | None:
+                  vllm_steps: bool = False, warm_up: float = 0.0,
+                  calibration_slots: bool = False) -> LocalEngine | None:
     """Start this configuration's instance if it has anything left to serve, serve its probes (if probed and not
     yet), warm-up and — unless ``calibration_slots`` leaves them to the slots — calibration traces, and pause it
     (``VllmCpu.pause``); None where it has nothing left. An error where the cells are still unknown after its
@@ -337,7 +339,7 @@ def run_interleaved(out: Path, seeds: list[int], duration: float, cells: Callabl
     Xeon). With ``calibration_slots`` the calibration traces are slots too: each cell's, on every
     configuration, just before that cell's study slots, so the calibration spans the study's time as its runs
     do (interleaved studies that served them all first saw the host change speed after them)."""
-    held: dict[str, VllmCpu] = {}
+    held: dict[str, LocalEngine] = {}
     try:
         for label in ORDER:
             eng = open_instance(out, label, seeds, duration, cells, vllm_steps, warm_up, calibration_slots)
