@@ -158,6 +158,8 @@ def load_grid(path: str | Path) -> GridSpec:
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a grid is a mapping")
+    if data.get("kind") == "twin-study":
+        raise SpecError(f"{path}: the CPU twin study's design, not a simulator grid; run it with servetwin twin-study")
     try:
         return GridSpec.model_validate(data)
     except ValidationError as err:

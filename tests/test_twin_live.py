@@ -12,6 +12,7 @@ import pytest
 
 import calibrate.twin.live as tl
 import calibrate.twin.study as ts
+from foundation.errors import SpecError
 
 
 class FakeEngine:
@@ -382,3 +383,30 @@ def test_the_report_says_how_the_runs_were_served() -> None:
     assert serving_order(interleaved, [-60.0, -30.0]).endswith("every calibration trace before the first slot)")
     assert serving_order(interleaved, [-60.0, 75.0]).endswith("a slot of their own before its study slots)")
 
+
+
+def test_the_study_s_design_is_data(tmp_path: Path):
+    """The study's configurations, order, pairs, seeds, cells, calibration and probe plan come from
+    scenarios/grids/twin-cpu.yaml; its traces are the design's scenario with the cell filled in, and a broken
+    design is refused in one line naming the field."""
+    import yaml
+
+    from calibrate.twin.design import DESIGN, load_design
+    from calibrate.twin.live import CONFIGS, ORDER, PROBED, scenario
+    d = load_design()
+    assert list(CONFIGS) == list(d.configurations) and d.order == ORDER and set(PROBED) == set(d.probes)
+    assert CONFIGS["vllm-c512"] == ("vllm", {"enable_chunked_prefill": True, "max_num_batched_tokens": 512})
+    assert scenario(0.4, 0.9, 40.0, 2) == {
+        "name": "rate0.4-sigma0.9", "seed": 2, "duration_s": 40.0,
+        "arrivals": {"kind": "gamma", "rate": 0.4, "cv": 1.5},
+        "prompts": {"length": 2048, "sharing": 0.9, "vocab_low": 2, "vocab_high": 4096},
+        "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
+        "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
+    assert PROBED["sglang-lpm"][1].batched == ((1843, 205, 2), (1843, 205, 4), (1843, 205, 8))
+    data = yaml.safe_load(DESIGN.read_text())
+    data["order"] = [*data["order"], "vllm-c1024"]
+    bad = tmp_path / "twin.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match="configurations named but not defined: \\['vllm-c1024'\\]") as err:
+        load_design(bad)
+    assert "\n" not in str(err.value)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from calibrate.probes import ProbePlan, probe
+from calibrate.twin.design import load_design, scenario_dict
 from foundation.errors import ServetwinError
 from live.dispatcher import DispatchConfig
 from live.local_engine import ROOT, LocalEngine, SglangCpu, VllmCpu, free_port, tiny_model
@@ -28,36 +29,15 @@ from scenarios.compiler import build_trace, compile_trace
 from scenarios.spec import scenario_from_dict
 from scenarios.trace import Trace
 
-# each configuration's engine and its knobs in the engine's own argument names: what its instance is launched
-# with (live.local_engine) and, as they are, the overrides of its simulated twin's preset
-CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "vllm-nochunk": ("vllm", {"enable_chunked_prefill": False}),
-    "sglang-lpm": ("sglang", {"schedule_policy": "lpm"}),
-    "vllm-c512": ("vllm", {"enable_chunked_prefill": True, "max_num_batched_tokens": 512}),
-    "sglang-lpm-c512": ("sglang", {"schedule_policy": "lpm", "chunked_prefill_size": 512}),
-    "sglang-fcfs-c512": ("sglang", {"schedule_policy": "fcfs", "chunked_prefill_size": 512}),
-}
-# the order instances are started in: SGLang's default configuration first (its probes set the knee)
-ORDER = ("sglang-lpm", "sglang-lpm-c512", "vllm-nochunk", "vllm-c512", "sglang-fcfs-c512")
-KNEE_PROBES = "sglang-lpm"
-# The study's probe plan: leaner than ``servetwin calibrate probe``'s default — decode batches up to 16 (the
-# study's instances stream at most about 15 requests at once) and two recorded repeats. SGLang's CPU path
-# attends request by request, so its batch-32 decode probes were half its probe time; refitting three
-# recorded studies on their probes filtered to this plan moved each one's per-engine counts by at most 2 of 15.
-# Its cached-prefix probes add the study's own request shapes (L = 2,048: 205 new tokens over a cached
-# 1,843 at σ = 0.9, 1,024 over 1,024 at σ = 0.5): fitted without them, two SGLang instances whose probes
-# agreed within 5 % priced 205 over 1,843 at 85 and 95 ms, and an earlier study's SGLang LPM TTFT p50 at λ = 0.39 moved
-# by 5–25 % with the profile (two studies). Probed, the shape is priced as measured (the next study: 89 against
-# 88 ms), and SGLang's TTFT under load is still underestimated: docs/twin-study.md.
-SHARINGS = (0.9, 0.5)            # the cells' sharing ratios σ: the rate sweep's, then the sharing sweep's
+DESIGN = load_design()            # scenarios/grids/twin-cpu.yaml: what the study is
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {k: (c.engine, dict(c.set)) for k, c in DESIGN.configurations.items()}
+ORDER = DESIGN.order
+KNEE_PROBES = DESIGN.knee_probes
+SHARINGS = tuple(dict.fromkeys(s for _, s in DESIGN.cells.full))   # the rate sweep's σ, then the sharing sweep's
 
 
 def scenario(rate: float, sharing: float, duration: float, seed: int) -> dict[str, Any]:
-    return {"name": f"rate{rate:g}-sigma{sharing:g}", "seed": seed, "duration_s": duration,
-            "arrivals": {"kind": "gamma", "rate": rate, "cv": 1.5},
-            "prompts": {"length": 2048, "sharing": sharing, "vocab_low": 2, "vocab_high": 4096},
-            "outputs": {"planner": 32, "worker": 32, "aggregator": 64},
-            "tools": {"mcp": {"kind": "lognormal", "median_s": 0.3, "p95_s": 1.5, "max_s": 10}}}
+    return scenario_dict(DESIGN, rate, sharing, duration, seed)
 
 
 def request_shape(sharing: float) -> tuple[int, int]:
@@ -66,32 +46,27 @@ def request_shape(sharing: float) -> tuple[int, int]:
     return prompts.F, prompts.D
 
 
-STUDY_CACHED = (*ProbePlan().cached, *(request_shape(s) for s in SHARINGS))
-STUDY_PLAN = ProbePlan(repeats=2, decode_batches=(1, 2, 4, 8, 16), shared_decode=(8,), cached=STUDY_CACHED)
-# SGLang's default configuration also probes the σ = 0.9 shape 2, 4 and 8 at once, as agent workers arrive:
-# a fit on lone prefills cannot tell a prefill step's fixed cost from each request's (an earlier study's instance:
-# 91 ms alone, 81-92 ms per request in batches; fitted 12 ms per step and 3.2 ms per request against a
-# lone-prefill fit's 15.2 ms per step and none per request; docs/cost-model.md)
-BATCHED = tuple((*request_shape(SHARINGS[0]), k) for k in (2, 4, 8))
-SGLANG_PLAN = replace(STUDY_PLAN, batched=BATCHED)
-CHUNK_PLAN = replace(ProbePlan.chunking(repeats=2), cached=STUDY_CACHED)
-# probes per configuration (directory under OUT/probes, plan): the plan on each engine's default
-# configuration, the shapes a chunk budget changes on its 512-token one (prefill steps are separated
-# from the front end's per-request latency only by an engine run both ways)
-PROBED: dict[str, tuple[str, ProbePlan]] = {
-    "vllm-nochunk": ("vllm", STUDY_PLAN), "vllm-c512": ("vllm-c512", CHUNK_PLAN),
-    "sglang-lpm": ("sglang", SGLANG_PLAN), "sglang-lpm-c512": ("sglang-c512", CHUNK_PLAN)}
-CALIBRATION_SEED, CALIBRATION_S = 0, 30.0     # each instance's calibration traces: not a study seed;
-# CALIBRATION_S seconds of them in all, spread evenly over the cells (``calibration_scenario``; each
-# starts with its first DAG; studies recorded before per-cell traces hold one 30-s trace of the first cell)
-# ``--warm-up``: agent traffic an instance serves before its calibration traces, used by no twin. Seed
-# WARM_UP_SEED is neither a study seed nor the calibration's. On a CPU without AVX-512 a fresh SGLang instance
-# decoded its first 30 s of agent traffic at 1.36–1.45 of its profile and the next 60 s at 0.95–1.07, and every
-# instance of two studies decoded 6–28 % faster in its runs than in its calibration traces (docs/twin-study.md,
-# "Hosts differ"); off by default until a study has tested it held out.
-WARM_UP_SEED = 4
-# each study run's trace, seconds: 40 (45 in the first studies; 45 runs of it are most of the study's time)
-RUN_S = 40.0
+def _plans() -> dict[str, tuple[str, ProbePlan]]:
+    """Each probed configuration's directory under OUT/probes and its probe plan (the design's ``probes``)."""
+    spec = DESIGN.probe_plan
+    cached = (*ProbePlan().cached, *(request_shape(s) for s in SHARINGS)) if spec.cached_study_shapes \
+        else ProbePlan().cached
+    study = ProbePlan(repeats=spec.repeats, decode_batches=spec.decode_batches, shared_decode=spec.shared_decode,
+                      cached=cached)
+    chunking = replace(ProbePlan.chunking(repeats=spec.repeats), cached=cached)
+    out = {}
+    for label, p in DESIGN.probes.items():
+        plan = study if p.plan == "study" else chunking
+        if p.batched:
+            plan = replace(plan, batched=tuple((*request_shape(SHARINGS[0]), k) for k in p.batched))
+        out[label] = (p.dir, plan)
+    return out
+
+
+PROBED = _plans()
+CALIBRATION_SEED, CALIBRATION_S = DESIGN.calibration.seed, DESIGN.calibration.seconds
+WARM_UP_SEED = DESIGN.warm_up_seed
+RUN_S = DESIGN.run_s
 
 Cells = list[tuple[float, float]]
 

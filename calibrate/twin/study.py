@@ -54,6 +54,7 @@ from calibrate.twin.live import (
     CALIBRATION_S,
     CALIBRATION_SEED,
     CONFIGS,
+    DESIGN,
     KNEE_PROBES,
     PROBED,
     RUN_S,
@@ -267,16 +268,15 @@ def knee_profile(out: Path) -> Path:
 
 def knee_cells(out: Path, quick: bool) -> Cells:
     """Cells around the knee of SGLang's fitted twin (capacity search), pinned in OUT/conditions.json."""
-    sc = scenario_from_dict(scenario(1.0, SHARINGS[0], 300.0, 1))
+    search = DESIGN.cells.search
+    sc = scenario_from_dict(scenario(1.0, SHARINGS[0], search.seconds, search.seed))
     cap = capacity_search(sc, "sglang-current", str(knee_profile(out)), "tiny-llama",
-                          {"max_total_tokens": 65536, "schedule_policy": "lpm"},
-                          lo=0.2, hi=4.0, seeds=(1,), context=8192, pace="realised", measure=run_metrics,
-                          keeps_fraction=KEEPS_PACE)
+                          {"max_total_tokens": 65536, **CONFIGS[KNEE_PROBES][1]},
+                          lo=search.lo, hi=search.hi, seeds=(search.seed,), context=8192, pace="realised",
+                          measure=run_metrics, keeps_fraction=KEEPS_PACE)
     knee = cap.keeps_rate
-    high, low = SHARINGS
-    conditions = [(round(0.6 * knee, 2), high)] if quick else [(round(0.6 * knee, 2), high),
-                                                               (round(1.1 * knee, 2), high),
-                                                               (round(0.6 * knee, 2), low)]
+    plan = DESIGN.cells.quick if quick else DESIGN.cells.full
+    conditions = [(round(times * knee, 2), sharing) for times, sharing in plan]
     (out / "conditions.json").write_text(json.dumps({"knee": knee, "conditions": conditions}) + "\n")
     print(f"simulated SGLang knee ≈ {knee:.2f} DAG/s; conditions {conditions}", file=sys.stderr)
     return conditions
@@ -426,7 +426,7 @@ def study(a: argparse.Namespace) -> int:
     if not a.no_realtime_client and not a.report_only:
         print(f"client scheduling: {realtime_client()}", file=sys.stderr)
     out = Path(a.out)
-    seeds = [1, 2] if a.quick else [1, 2, 3]
+    seeds = list(DESIGN.quick_seeds if a.quick else DESIGN.seeds)
     duration = RUN_S
     cells = study_cells(out, a.quick, a.rate)
     if a.report_only:

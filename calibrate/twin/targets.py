@@ -14,10 +14,10 @@ import pandas as pd
 from analysis.records import find_runs, read_run
 from calibrate.compare import decomposition as phi_table
 from calibrate.compare import gap_comparison, side_by_side
+from calibrate.twin.design import load_design
 from foundation.errors import ServetwinError
 
-PAIRS = {"defaults": ("vllm-nochunk", "sglang-lpm"), "matched": ("vllm-c512", "sglang-lpm-c512"),
-         "lpm-vs-fcfs": ("sglang-fcfs-c512", "sglang-lpm-c512")}
+PAIRS = dict(load_design().pairs)         # the design's compared pairs (scenarios/grids/twin-cpu.yaml)
 GAP_TOLERANCE, PHI_TOLERANCE, ENGINE_TOLERANCE = 0.20, 0.15, 0.15
 TARGETS_FILE = "targets.csv"      # a study's held-out checks, written beside its report (calibrate.twin.bias)
 
