@@ -18,11 +18,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pydantic import ValidationError
 
 from analysis.redact import redact
+from analysis.run_meta import RunMeta
 from foundation.errors import ServetwinError
 
-SCHEMA_VERSION = 2          # 2: sealed (digests of every file, of the resolved configuration and of run.json)
+SCHEMA_VERSION = 3          # 2: sealed (digests of every file, of the resolved configuration and of run.json);
+READABLE_VERSIONS = (2, 3)  # 3: run.json typed and documented (analysis.run_meta.RunMeta), ``calibration`` added
 
 REQUEST_COLUMNS: dict[str, str] = {
     "request_id": "int64", "dag_id": "int64", "role": "object", "planned_s": "float64",
@@ -134,6 +137,7 @@ def write_run(rec: RunRecord, out: str | Path, extra: dict[str, bytes] | None = 
         for name, data in (extra or {}).items():
             (tmp / name).write_bytes(data)
         meta = {"schema_version": SCHEMA_VERSION, **json.loads(json.dumps(meta, default=_json_default))}
+        typed_meta({**meta, "digests": {}}, f"{out}/run.json")     # a writer's mistake, before anything lands
         meta["digests"] = {**{f.name: _file_sha(f) for f in sorted(tmp.iterdir()) if f.name != "run.json"},
                            "engine_config": _json_sha(meta["engine_config"]), "run.json": _json_sha(meta)}
         (tmp / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -200,9 +204,10 @@ def _read_meta(p: Path) -> dict[str, Any]:
         raise RecordError(f"{p}/run.json: invalid JSON (not UTF-8 text, or nested too deeply)") from None
     if not isinstance(meta, dict):
         raise RecordError(f"{p}/run.json: a JSON object is expected, got {type(meta).__name__}")
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise RecordError(f"{p}: schema_version {meta.get('schema_version')!r}, this servetwin reads "
-                          f"{SCHEMA_VERSION} (records before it were not sealed; re-run them)")
+    if meta.get("schema_version") not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise RecordError(f"{p}: schema_version {meta.get('schema_version')!r}, this servetwin reads {readable} "
+                          "(records before 2 were not sealed; re-run them)")
     missing = [k for k in RUN_KEYS if k not in meta]
     if missing:
         raise RecordError(f"{p}/run.json lacks {missing}")
@@ -210,7 +215,18 @@ def _read_meta(p: Path) -> dict[str, Any]:
         if not ok(meta[key]):
             shown = repr(meta[key]) if len(repr(meta[key])) <= 40 else repr(meta[key])[:37] + "..."
             raise RecordError(f"{p}/run.json: field '{key}' = {shown}: expected {accepted}")
+    typed_meta(meta, f"{p}/run.json")
     return meta
+
+
+def typed_meta(meta: dict[str, Any], where: str) -> RunMeta:
+    """run.json as its typed contract (analysis.run_meta); a field of the wrong type is one line naming it."""
+    try:
+        return RunMeta.model_validate(meta)
+    except ValidationError as err:
+        e = err.errors()[0]
+        field_name = ".".join(str(x) for x in e["loc"])
+        raise RecordError(f"{where}: field '{field_name}': {e['msg']}") from None
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

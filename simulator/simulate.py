@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -16,7 +17,7 @@ from simulator.config import EngineConfig
 from simulator.cost_model import CostModel, extends_whole_sequence
 from simulator.engine import Replica
 from simulator.presets import check_startup, resolve
-from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
+from simulator.profiles import HardwareProfile, InstanceCalibration, ModelProfile, load_hardware, load_model
 from simulator.request import Request
 from simulator.schedulers.registry import make_scheduler
 from simulator.telemetry import Telemetry
@@ -100,6 +101,8 @@ simulator.fast_forward)."""
         "telemetry_summary": tel.summary(c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens),
         "versions": _versions(), "busy_s": replica.busy_s,
     }
+    if not (cal := InstanceCalibration.of(hw, sched.family)).is_identity:
+        meta["calibration"] = dataclasses.asdict(cal)          # the instance's own scales, as simulated
     chunks = _chunks_frame(driver.requests) if record_tokens else None
     return RunRecord(meta=meta, requests=reqs, telemetry=tel.frame(), chunks=chunks)
 

@@ -152,6 +152,42 @@ class Overheads:
     #                                   attention kernels differ (None: the profile's kappa_kv)
 
 
+INSTANCE_FIELDS = ("decode_scale", "decode_scale_lone", "prefill_scale", "request_s", "deliver_s",
+                   "front_end_step_s", "stream_chunk_s")
+
+
+@dataclass(frozen=True)
+class InstanceCalibration:
+    """What one engine instance measured of itself on top of its hardware profile (calibrate.decode_load,
+    calibrate.step_log, calibrate.lone_prefill, calibrate.vllm_front_end): the scales of its decode and prefill
+    steps under load and its front end's latencies. Stored in a profile's family overheads (a calibrated
+    profile file per instance); ``of`` reads it back, ``apply`` puts one on a profile, and a simulated run
+    records the one it used (run.json ``calibration``)."""
+
+    family: str
+    decode_scale: float = 1.0
+    decode_scale_lone: float | None = None
+    prefill_scale: float = 1.0
+    request_s: float = 0.0
+    deliver_s: float = 0.0
+    front_end_step_s: float = 0.0
+    stream_chunk_s: float = 0.0
+
+    @classmethod
+    def of(cls, hw: HardwareProfile, family: str) -> InstanceCalibration:
+        o = hw.overhead(family)
+        return cls(family, **{k: getattr(o, k) for k in INSTANCE_FIELDS})
+
+    def apply(self, hw: HardwareProfile) -> HardwareProfile:
+        ovh = dataclasses.replace(hw.overhead(self.family), **{k: getattr(self, k) for k in INSTANCE_FIELDS})
+        return dataclasses.replace(hw, overheads={**hw.overheads, self.family: ovh})
+
+    @property
+    def is_identity(self) -> bool:
+        """Nothing measured: every scale 1, every latency 0."""
+        return self == InstanceCalibration(self.family)
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     name: str
