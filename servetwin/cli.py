@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from foundation.errors import ServetwinError
 
@@ -49,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0)
     p.set_defaults(fn=c.cmd_paper)
 
+    _trace_commands(sub, c)
+    _simulation_commands(sub, c)
+    _analysis_commands(sub, c)
+    _live_commands(sub, c)
+    _calibrate_commands(sub, c)
+    _study_commands(sub, c)
+    return ap
+
+
+def _trace_commands(sub: Any, c: Any) -> None:
+    """trace: compile, import, validate, show"""
     tr = sub.add_parser("trace", help="compile, validate or show a seeded trace")
     tsub = tr.add_subparsers(dest="trace_cmd", metavar="ACTION")
     tsub.required = True
@@ -87,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figure", metavar="PNG", help="also draw requests per minute and lengths over time")
     p.set_defaults(fn=c.cmd_trace_show)
 
+
+def _simulation_commands(sub: Any, c: Any) -> None:
+    """simulate, serve, sweep, capacity"""
     p = sub.add_parser("simulate", help="simulate one engine configuration on a trace → RunRecord")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--scenario")
@@ -147,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-replicas", type=int, default=64, help="with --slo: the largest fleet tried")
     p.set_defaults(fn=c.cmd_capacity)
 
+
+def _analysis_commands(sub: Any, c: Any) -> None:
+    """analyze, engines, cost, cluster-study, figures"""
     p = sub.add_parser("analyze", help="the study's tables from runs")
     p.add_argument("runs", nargs="+")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
@@ -179,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(fn=c.cmd_figures)
 
+
+def _live_commands(sub: Any, c: Any) -> None:
+    """live run, live campaign"""
     lv = sub.add_parser("live", help="drive a real OpenAI-compatible engine with a trace")
     lsub = lv.add_subparsers(dest="live_cmd", metavar="ACTION")
     lsub.required = True
@@ -218,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     _realtime_flag(p)
     p.set_defaults(fn=c.cmd_live_campaign)
 
+
+def _calibrate_commands(sub: Any, c: Any) -> None:
+    """calibrate probe, fit, gpu-probe, decode-scale"""
     cal = sub.add_parser("calibrate", help="probe a real engine and fit the cost model to it")
     csub = cal.add_subparsers(dest="cal_cmd", metavar="ACTION")
     csub.required = True
@@ -271,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "more than 15 %% from the scale), marked as such")
     p.set_defaults(fn=c.cmd_calibrate_decode_scale)
 
+
+def _study_commands(sub: Any, c: Any) -> None:
+    """compare, twin-study (and diagnose), report"""
     p = sub.add_parser("compare", help="simulate every live run's trace with its resolved configuration; "
                        "measured vs simulated side by side")
     p.add_argument("sim_runs", help="directory for the simulated twins")
@@ -304,7 +331,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--title", default="servetwin report")
     p.set_defaults(fn=c.cmd_report)
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
