@@ -34,6 +34,8 @@ class VllmV0Config(_Cfg):
     cuda_graph_max_bs: int = Field(256, ge=0, description="largest captured decode batch")
     num_gpu_blocks: int | None = Field(None, ge=1, description="override the profiled KV block count")
     tensor_parallel_size: int = Field(1, ge=1)
+    preemption_victim: Literal["newest", "fewest_decoded", "oldest", "most_kv"] = Field(
+        "newest", description="which running request is preempted (simulator.schedulers.victims); newest is vLLM's")
 
 
 class VllmV1Config(_Cfg):
@@ -56,6 +58,8 @@ class VllmV1Config(_Cfg):
     cuda_graph_gib: float = Field(0.5, ge=0, description="CUDA-graph memory estimate (assumed)")
     num_gpu_blocks: int | None = Field(None, ge=1)
     tensor_parallel_size: int = Field(1, ge=1)
+    preemption_victim: Literal["newest", "fewest_decoded", "oldest", "most_kv"] = Field(
+        "newest", description="which running request is preempted (simulator.schedulers.victims); newest is vLLM's")
 
 
 class SglangConfig(_Cfg):
@@ -78,6 +82,9 @@ class SglangConfig(_Cfg):
     new_token_ratio_decay_steps: int = Field(600, ge=1)
     retract_decode_steps: int = Field(20, ge=1)
     clip_max_new_tokens: int = Field(4096, ge=1)
+    preemption_victim: Literal["newest", "fewest_decoded", "oldest", "most_kv"] = Field(
+        "fewest_decoded",
+        description="which running request is retracted (simulator.schedulers.victims); fewest_decoded is SGLang's")
     disable_overlap_schedule: bool = False
     disable_radix_cache: bool = False
     page_size: int = Field(1, ge=1)

@@ -174,6 +174,38 @@ def test_vllm_v0_preempts_last_running_by_recompute():
     assert a in s.running
 
 
+def test_preemption_victim_is_chosen_by_name():
+    """``preemption_victim`` is a what-if knob: vLLM's ``newest`` takes the last running request (above); ``oldest``
+    on the same workload takes the first, and the chooser names what it knows when asked for what it does not."""
+    import pytest
+
+    from simulator.schedulers.victims import fewest_decoded, get_victim, most_kv
+    for preset, cls in (("vllm-0.6.3", VllmV0Scheduler), ("vllm-v1", VllmV1Scheduler)):
+        taken = {}
+        for victim in ("newest", "oldest"):
+            s = cls(config(preset, num_gpu_blocks=60, preemption_victim=victim, enable_prefix_caching=False))
+            rs = [request(i, 300, max_tokens=200) for i in range(3)]
+            for r in rs:
+                s.add(r, 0)
+            t = 0
+            while not s.counters.preemptions:
+                st = s.schedule(t, t)
+                if st is not None:
+                    s.complete(st, t + 1, t)
+                s.check_integrity()
+                t += 1
+            taken[victim] = [r.idx for r in s.waiting]
+        # request 0 grows first and needs a block: newest takes 2, oldest the first not yet scheduled (1)
+        assert taken == {"newest": [2], "oldest": [1]}, (preset, taken)
+    x, y, z = request(0, 100, max_tokens=9), request(1, 300, max_tokens=9), request(2, 200, max_tokens=9)
+    x.output_len, y.output_len, z.output_len = 3, 1, 1
+    x.num_computed, y.num_computed, z.num_computed = 102, 300, 200
+    assert fewest_decoded([x, y, z]) == 1                        # fewest outputs, then the longest prompt
+    assert most_kv([x, y, z]) == 1
+    with pytest.raises(KeyError, match="known: newest"):
+        get_victim("random")
+
+
 def test_vllm_v1_no_admission_in_a_step_that_preempted():
     s = VllmV1Scheduler(config("vllm-v1", num_gpu_blocks=40, enable_prefix_caching=False))
     a, b = request(0, 300, max_tokens=300), request(1, 300, max_tokens=300)

@@ -35,6 +35,7 @@ from simulator.radix_cache import Node, RadixCache
 from simulator.request import Request
 from simulator.schedulers.base import SchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
+from simulator.schedulers.victims import get_victim
 
 
 @dataclass(slots=True)
@@ -76,6 +77,7 @@ class SglangScheduler(SchedulerBase):
         chunk = cfg.chunked_prefill_size
         self.chunk = None if chunk is None or chunk <= 0 else chunk
         self.order = get_ordering(cfg.schedule_policy)
+        self.choose_victim = get_victim(cfg.preemption_victim)
         self.max_req_len = min(cfg.context_length - 1, self.total - 1)
 
     def add(self, req: Request, now: float) -> None:
@@ -255,11 +257,11 @@ class SglangScheduler(SchedulerBase):
 
     # --- decode batch ----------------------------------------------------------------------------
     def _retract(self, now: float) -> None:
-        order = sorted(self.running, key=lambda r: (r.output_len, -r.prompt_len), reverse=True)
+        order = list(self.running)
         retracted: list[Request] = []
         steps = self.cfg.retract_decode_steps
         while len(order) > 1 and (not retracted or self.available < len(order) * steps):
-            victim = order.pop()
+            victim = order.pop(self.choose_victim(order))      # preemption_victim (SGLang's: fewest_decoded)
             st: SgState = victim.engine
             self.private -= st.kv_len - st.prefix_len
             self.available += st.kv_len - st.prefix_len

@@ -20,6 +20,7 @@ from simulator.cost_model import BatchShape
 from simulator.request import Request
 from simulator.schedulers.base import BlockDecodeRun, BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
+from simulator.schedulers.victims import get_victim
 
 
 class VllmV0Scheduler(BlockSchedulerBase):
@@ -35,6 +36,7 @@ class VllmV0Scheduler(BlockSchedulerBase):
         self.watermark_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
         self.prompt_limit = cfg.max_model_len if self.chunked else min(cfg.max_model_len, self.budget)
         self.order = get_ordering(cfg.scheduling_policy)
+        self.choose_victim = get_victim(cfg.preemption_victim)
         self.max_seqs = cfg.max_num_seqs
 
     # --- shared pieces ---------------------------------------------------------------------------
@@ -72,13 +74,22 @@ class VllmV0Scheduler(BlockSchedulerBase):
         """``can_append_slots`` loop: needs one free block (worst case); preempt queue[-1] until it fits.
         Returns False when r itself was preempted."""
         while self.cache.num_free < 1:
-            victim = queue.pop() if queue else r
+            victim = self._victim(queue) if queue else r
             self._preempt(victim, now)
             preempted.append(victim)
             if victim is r:
                 return False
         self.cache.append_slot(r, r.fill_len, step_id, now)
         return True
+
+    def _victim(self, queue: deque[Request]) -> Request:
+        """``preemption_victim`` among the requests this step has yet to schedule (vLLM's: ``queue.pop()``)."""
+        if self.cfg.preemption_victim == "newest":
+            return queue.pop()
+        i = self.choose_victim(queue)
+        victim = queue[i]
+        del queue[i]
+        return victim
 
     def _requeue(self, preempted: list[Request]) -> None:
         for v in preempted:           # waiting.extendleft(preempted): victims back to the front

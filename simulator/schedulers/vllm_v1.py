@@ -19,6 +19,7 @@ from simulator.cost_model import BatchShape
 from simulator.request import Request
 from simulator.schedulers.base import BlockDecodeRun, BlockSchedulerBase, Step
 from simulator.schedulers.policies import get_ordering
+from simulator.schedulers.victims import get_victim
 
 
 class VllmV1Scheduler(BlockSchedulerBase):
@@ -31,6 +32,7 @@ class VllmV1Scheduler(BlockSchedulerBase):
         self.cache = BlockCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching, "v1")
         self.watermark_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
         self.order = get_ordering(cfg.scheduling_policy)
+        self.choose_victim = get_victim(cfg.preemption_victim)
         self.max_seqs = cfg.max_num_seqs
 
     def _hit_blocks(self, r: Request) -> int:
@@ -52,6 +54,13 @@ class VllmV1Scheduler(BlockSchedulerBase):
         victim.reset_for_recompute()
         self.counters.preemptions += 1
 
+    def _victim(self, at: int) -> Request:
+        """``preemption_victim`` among ``running[at + 1:]``, the requests this step has yet to schedule, else the
+        request at ``at`` itself (vLLM's: ``self.running.pop()``, which is that request when it is the last)."""
+        if self.cfg.preemption_victim == "newest" or at + 1 == len(self.running):
+            return self.running.pop()
+        return self.running.pop(at + 1 + self.choose_victim(self.running[at + 1:]))
+
     def _schedule_running(self, budget: int, now: float, shape: BatchShape,
                           items: list[tuple[Request, int]]) -> tuple[int, list[Request]]:
         preempted: list[Request] = []
@@ -66,7 +75,7 @@ class VllmV1Scheduler(BlockSchedulerBase):
                 continue
             scheduled = True
             while not self._can_grow(r, n):
-                victim = self.running.pop()
+                victim = self._victim(i)
                 self._preempt(victim, now)
                 preempted.append(victim)
                 if victim is r:
