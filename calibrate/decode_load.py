@@ -17,8 +17,8 @@ the profile, not to a probe shape.
 
 A lone request's decode is measured apart: the gaps with one request streaming give ``decode_scale_lone``
 (the scale of a pure-decode step of one request), those with two or more ``decode_scale``. In the two
-studies on the AMD EPYC (docs/twin-study.md, "A third CPU") a lone request decoded relatively faster than concurrent
-ones in 77 of 90 runs (by 11 % on the mean of log ratios; docs/twin-study.md), while between 2 and 30
+studies on the AMD EPYC (docs/studies/twin-3-calibration.md) a lone request decoded relatively faster than concurrent
+ones in 77 of 90 runs (by 11 % on the mean of log ratios), while between 2 and 30
 streaming the ratio barely moved; one scale averaged over both made the twin decode too fast wherever a
 run had fewer lone gaps than its calibration trace (a higher rate) and too slow where it had more. Where
 no count had two or more streaming, ``decode_scale`` is the lone ratio too.

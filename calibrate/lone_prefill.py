@@ -12,8 +12,8 @@ step log.
 
 Measured: the prefill of vLLM's lone requests took 1.00–1.30× the twin's (the scale, per run) in the 36
 vLLM study runs of two studies, 0.98–1.21 on the calibration traces of eight (9–15
-lone requests each; docs/twin-study.md); its probes, sent one at a time to an idle engine, are priced within
-a few per cent, so the difference is the instance under serving.
+lone requests each; docs/studies/twin-2-engine-timing.md); its probes, sent one at a time to an idle
+engine, are priced within a few per cent, so the difference is the instance under serving.
 """
 
 from __future__ import annotations

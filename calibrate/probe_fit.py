@@ -28,7 +28,8 @@ def shares_kv_reads(family: str) -> bool:
     at 0.53–0.77 — but under the study's traffic the saving is not there: with it, each SGLang run's decode
     scale (live / twin, 36 runs of four studies) sat 0.076 in the log below its instance's mean at
     σ = 0.5 and 0.03–0.04 above it at σ = 0.9, so a scale measured at one sharing ratio misjudged the
-    other; fitted without it, −0.009 and +0.029 / −0.020 (docs/twin-study.md, "SGLang's shared prefix")."""
+    other; fitted without it, −0.009 and +0.029 / −0.020 (docs/studies/twin-3-calibration.md,
+    "SGLang's shared prefix")."""
     return family.startswith("vllm")
 
 

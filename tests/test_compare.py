@@ -620,7 +620,7 @@ def test_sglang_mixed_probe_is_its_window_of_exact_steps():
 
 def test_sglang_fit_prices_a_shared_prefix_as_unshared_and_leaves_its_shared_decode_probes_out(tmp_path: Path):
     """SGLang's CPU decode gathers each request's KV apart, and under load a shared prefix saves it nothing
-    (docs/twin-study.md): however much faster an idle engine ran the shared-prefix decode probe, the fit
+    (docs/studies/twin-3-calibration.md): however much faster an idle engine ran the shared-prefix decode probe, the fit
     keeps ``kv_shared_cost`` at 1, does not fit that probe, and says so; vLLM's fit frees it."""
     from calibrate.probe_fit import free_params
     sglang_batched_probes(tmp_path / "p", TRUE, batched=False, shared=0.4)

@@ -60,7 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--calibration-slots", action="store_true",
                     help="with --interleave: serve each cell's calibration traces as a slot of their own, on every "
                          "configuration, just before that cell's study slots, instead of all of them before the "
-                         "first slot (docs/twin-study.md, \"calibration slots\")")
+                         "first slot (docs/studies/twin-5-hosts.md)")
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=CALIBRATIONS[0],
                     help="which calibration the held-out twin uses: 'instance' scales each instance by its own "
                          "calibration traces, 'engine' by the calibration traces of every instance of its engine, "

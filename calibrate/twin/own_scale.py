@@ -5,7 +5,7 @@ instance showed over its calibration trace and its runs of the *other* seeds (a 
 held out by seed).
 
 The study's twins scale an instance's decode steps by what its calibration trace measured (seed 0), so
-each study seed is held out. An instance's decode speed moves from run to run (docs/twin-study.md), and
+each study seed is held out. An instance's decode speed moves from run to run (docs/studies/twin-1-design.md), and
 part of every per-engine miss is that drift. Simulating each run with the decode scale measured on the
 run itself (``calibrate.decode_load``: live / twin mean decode gap by streaming count) removes it; what
 the targets still miss then is the rest of the model — prefill, scheduling, the host work that competes
@@ -14,13 +14,13 @@ the report shows it as a column beside the held-out counts, with the spread of t
 
 An instance's speed moves slowly: over four studies (20 instances, 180 runs) the run served just before
 predicts a run's decode scale with a mean |log ratio| of 0.073, the calibration trace served first with
-0.114 (docs/twin-study.md). The tracking twin (``tracking``) uses that: each run's twin is scaled by
+0.114 (docs/studies/twin-1-design.md). The tracking twin (``tracking``) uses that: each run's twin is scaled by
 what the instance measured in the run before it (the calibration trace for the first), so nothing of the
 run itself enters its twin — it predicts the next run from the instance's recent past, as a twin
 following a live engine would.
 
 An instance's speed also moves *within* a study by more than a 30-s trace can pin down: on two AMD EPYC
-studies (docs/twin-study.md, "A third CPU") a run's decode scale is uncorrelated with the same trace's on another
+studies (docs/studies/twin-3-calibration.md) a run's decode scale is uncorrelated with the same trace's on another
 instance or in the other study (r = −0.14 over 45 pairs), so what a run measured is mostly the run's
 own noise, and one 30-s calibration trace carries as much of it as any run. The cross-validated twin
 (``other_seeds``) pools, for each run, what its instance measured on its calibration trace and on every

@@ -3,7 +3,7 @@
 log, ``--vllm-step-log``) its front-end loop (``with_front_end``: calibrate.vllm_front_end).
 
 **Prefill scale.** An SGLang instance's forwards with prefill ran 1.00–1.07× their probe-fitted price on the
-calibration traces of one study's three SGLang instances (docs/twin-study.md, "Every SGLang forward logged")
+calibration traces of one study's three SGLang instances (docs/studies/twin-2-engine-timing.md)
 and 0.97–1.40× (Σ measured / Σ priced) in their study runs: the instance's prefill speed under load, as
 ``decode_scale`` is its decode speed. vLLM writes no step log; its prefill scale comes from the requests a run
 served alone (``calibrate.lone_prefill``: 0.98–1.21 on the calibration traces of eight studies). Each
