@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.tables import print_table
-from calibrate.step_log import read_events
+from live.sglang_steplog import read_events
 from simulator.cost_model import BatchShape, CostModel, extends_whole_sequence
 from simulator.profiles import load_hardware, load_model
 

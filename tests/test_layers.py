@@ -98,3 +98,12 @@ def test_the_study_s_investigations_have_no_side_doors():
         assert "__main__" not in f.read_text(), f
     for f in sorted((ROOT / "calibrate" / "twin" / "diagnose").glob("[!_]*.py")):
         assert ".".join(f.relative_to(ROOT).with_suffix("").parts) in mods, f
+
+
+def test_the_calibration_librarys_public_names_resolve_outside_the_study():
+    """``calibrate.__all__`` is the library's surface: every name resolves, from a library module, not the study."""
+    import calibrate
+    for name in calibrate.__all__:
+        obj = getattr(calibrate, name)
+        where = getattr(obj, "__module__", None) or calibrate._WHERE[name]
+        assert where.startswith("calibrate.") and not where.startswith("calibrate.twin"), (name, where)

@@ -13,10 +13,11 @@ import yaml
 
 from analysis.records import RunRecord, write_run
 from calibrate.engine_steps import shape
-from calibrate.step_log import live_window, path_latencies, read_events, with_processing
+from calibrate.step_log import live_window, path_latencies
 from calibrate.twin.diagnose.step_timeline import main, paired, per_request, study_table
 from calibrate.twin.live import scenario
 from foundation.errors import ServetwinError
+from live.sglang_steplog import read_events, with_processing
 from scenarios import compile_trace, scenario_from_dict
 from simulator import simulate
 from simulator.cost_model import CostModel

@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.tables import print_table, to_markdown
-from calibrate.step_log import read_events
 from calibrate.twin.live import CONFIGS, ORDER, calibration_dirs, start_unix
 from calibrate.twin.steplog import has_step_log, step_log, vllm_step_log
 from foundation.errors import ServetwinError
+from live.sglang_steplog import read_events
 from live.vllm_steplog import read_steps
 
 MAX_BATCH = 3          # decode forwards of 1..MAX_BATCH requests are counted

@@ -36,9 +36,10 @@ from calibrate.compare import twin
 from calibrate.decode_load import overhead_family
 from calibrate.engine_steps import prefill_scale, sglang_cost
 from calibrate.lone_prefill import lone_prefill_scale
-from calibrate.step_log import live_window, measured_latencies, read_events, write_latencies, write_measured
+from calibrate.step_log import live_window, measured_latencies, write_latencies, write_measured
 from calibrate.twin.live import CONFIGS, KNEE_PROBES, calibration_dirs
 from calibrate.vllm_front_end import FrontEndFit, fit_loop
+from live.sglang_steplog import read_events
 from live.vllm_steplog import read_steps
 from simulator.profiles import load_hardware
 

@@ -39,9 +39,10 @@ from analysis.records import RunRecord, find_runs, read_run
 from analysis.tables import to_markdown
 from calibrate.compare import twin
 from calibrate.engine_steps import priced, sglang_cost
-from calibrate.step_log import live_window, path_latencies, prefill_ends, read_events
+from calibrate.step_log import live_window, path_latencies, prefill_ends
 from calibrate.twin.args import CALIBRATIONS, calibrated_path
 from foundation.errors import ServetwinError
+from live.sglang_steplog import read_events
 
 PARTS = ("wait", "prefill", "after", "ttft")
 
