@@ -30,6 +30,7 @@ from scenarios.trace import Trace
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "examples" / "cluster-cpu.yaml"
 POLICIES = ("cache_aware", "round_robin")
+FAMILY = "vllm-v1"                      # vLLM's CPU build runs the V1 engine
 
 
 def run_cluster_study(out: Path, quick: bool = False) -> int:
@@ -41,7 +42,7 @@ def run_cluster_study(out: Path, quick: bool = False) -> int:
     trace = compile_trace(sc, out / "trace")
     live = _live(trace, out)
     rows = [_compare(trace, policy, live[policy], out) for policy in POLICIES]
-    text = _summary(rows, trace)
+    text = _summary(rows, trace, json.loads((out / "route-latency.json").read_text()))
     (out / "summary.md").write_text(text)
     print(text, end="")
     return 0
@@ -57,6 +58,7 @@ def _live(trace: Trace, out: Path) -> dict[str, RunRecord]:
         stack.enter_context(a)
         stack.enter_context(b)
         _profile(a, out)
+        _route_latency(trace, [a.url, b.url], out)
         for policy in POLICIES:
             recs[policy] = _through_router(trace, [a.url, b.url], policy, out, str(a.log_path))
     return recs
@@ -72,6 +74,30 @@ def _profile(engine: Any, out: Path) -> None:
     plan.vocab = (8, 4096)
     probe(engine.url, "tiny-llama", out / "probes", plan, str(engine.log_path))
     fit_probes([out / "probes"], "vllm-v1", "tiny-llama", "cpu-base", out / "cpu-fitted.yaml", accept_poor_fit=True)
+
+
+def _route_latency(trace: Trace, workers: list[str], out: Path) -> None:
+    """What the router and text prompts add on idle engines (``live.route_latency``), measured once and put in
+    the twins' inputs: the text's cost into the fitted profile's front-end latency (``cpu-path.yaml``), the
+    router's into the simulated router's ``latency_s`` (``route-latency.json``)."""
+    from calibrate.step_log import write_measured
+    from live.local_engine import free_port
+    from live.route_latency import measure
+    from live.router import SglangRouter
+    from live.text_prompts import TextPrompts
+    from simulator.profiles import load_hardware
+    if (out / "route-latency.json").is_file():
+        return
+    with SglangRouter(workers, "round_robin", free_port(), out / "router-latency.log", free_port()) as router:
+        found = measure(trace, TextPrompts(trace, str(ROOT / ".engine-venv" / "tiny-llama")), workers, router.url,
+                        "tiny-llama")
+    fitted = out / "cpu-fitted.yaml"
+    base = load_hardware(str(fitted)).overhead(FAMILY).request_s
+    n = min(len(v) for v in found.ttft_s.values())
+    write_measured(fitted, out / "cpu-path.yaml", FAMILY, {"request_s": (
+        base + max(found.text_s, 0.0), f"the probe fit's {base * 1e3:.2f} ms + text prompts' own cost on an idle "
+        f"engine (live.route_latency, median of {n} lone requests each way)")})
+    (out / "route-latency.json").write_text(json.dumps(found.summary(), indent=2, sort_keys=True) + "\n")
 
 
 def _through_router(trace: Trace, workers: list[str], policy: str, out: Path, engine_log: str) -> RunRecord:
@@ -101,19 +127,28 @@ def _through_router(trace: Trace, workers: list[str], policy: str, out: Path, en
     return rec
 
 
+SOURCES = {"live": "measured", "sim": "simulated, steps only", "sim-path": "simulated, with the measured path"}
+
+
 def _compare(trace: Trace, policy: str, live: RunRecord, out: Path) -> dict[str, Any]:
+    """The live run beside two twins on the same trace: the probed profile alone (``sim``), and with what text
+    prompts and the router were measured to add (``sim-path``: ``cpu-path.yaml``, the router's ``latency_s``)."""
     from calibrate.translate import translate
     from simulator.cluster import ClusterSpec
     from simulator.cluster_run import simulate_cluster
     tr = translate(live.meta["engine_config"], str(live.path))
     preset, over = tr.preset, tr.overrides
-    spec = ClusterSpec((preset, preset), policy, (), tuple(sorted(over.items())))
-    sim = simulate_cluster(trace, spec, str(out / "cpu-fitted.yaml"), "tiny-llama",
-                           context=over.get("max_model_len"))
-    write_run(sim, out / "sim" / policy)
+    path = json.loads((out / "route-latency.json").read_text())
+    router_s = max(path["router_s"], 0.0)
+    twins = {"sim": ("cpu-fitted.yaml", ()), "sim-path": ("cpu-path.yaml", (("latency_s", router_s),))}
     groups = np.asarray([trace.prefix_group(i) for i in range(trace.n_requests)])
     row: dict[str, Any] = {"policy": policy}
-    for src, rec in (("live", live), ("sim", sim)):
+    recs = {"live": live}
+    for name, (profile, router) in twins.items():
+        spec = ClusterSpec((preset, preset), policy, router, tuple(sorted(over.items())))
+        recs[name] = simulate_cluster(trace, spec, str(out / profile), "tiny-llama", context=over.get("max_model_len"))
+        write_run(recs[name], out / name / policy)
+    for src, rec in recs.items():
         m = run_metrics(rec)
         row[src] = {"holder_share": holder_share(rec.requests, groups),
                     "per_replica": per_replica(rec.requests, 2),
@@ -123,16 +158,19 @@ def _compare(trace: Trace, policy: str, live: RunRecord, out: Path) -> dict[str,
     return row
 
 
-def _summary(rows: list[dict[str, Any]], trace: Trace) -> str:
+def _summary(rows: list[dict[str, Any]], trace: Trace, path: dict[str, Any]) -> str:
     lines = [f"# Two vLLM CPU instances behind sglang-router 0.3.2: measured vs simulated ({trace.n_requests} "
              f"requests, {trace.prefix_groups} prefix groups, trace {trace.digest})", "",
+             f"Measured on idle engines (live.route_latency): text prompts add {path['text_s'] * 1e3:.2f} ms to a "
+             f"lone request's TTFT, the router {path['router_s'] * 1e3:.2f} ms (medians of "
+             f"{min(path['requests_per_way'].values())} requests each way).", "",
              "| router | source | to the prefix's holder | requests per replica | prefix-hit fraction per replica "
              "| TTFT p50 / p95 (s) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        for src in ("live", "sim"):
+        for src, what in SOURCES.items():
             v = r[src]
             reqs = " / ".join(str(p["requests"]) for p in v["per_replica"])
             hits = " / ".join(f"{h:.3f}" for h in v["hit"])
-            lines.append(f"| {r['policy']} | {'measured' if src == 'live' else 'simulated'} | "
-                         f"{v['holder_share']:.3f} | {reqs} | {hits} | {v['ttft_p50']:.3f} / {v['ttft_p95']:.3f} |")
+            lines.append(f"| {r['policy']} | {what} | {v['holder_share']:.3f} | {reqs} | {hits} | "
+                         f"{v['ttft_p50']:.3f} / {v['ttft_p95']:.3f} |")
     return "\n".join(lines) + "\n"

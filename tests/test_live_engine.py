@@ -345,12 +345,23 @@ def test_live_run_through_the_real_sglang_router(engine: VllmCpu, model_dir: Pat
                             "--endpoint", router.url, "--engine-label", "routed", "--model", "tiny-llama",
                             "--out", str(tmp_path / "run"), "--warmup", "1", "--text-prompts", str(model_dir),
                             "--request-id-prefix", "t6"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+        hits_mid = prefix_counters(engine.url)
+        # what text prompts and the router add on an idle engine: three ways, each from an emptied cache
+        import numpy as np
+
+        from live.route_latency import measure
+        from live.text_prompts import TextPrompts
+        path = measure(trace, TextPrompts(trace, str(model_dir)), [engine.url], router.url, "tiny-llama", n=3)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert {k: len(v) for k, v in path.ttft_s.items()} == {"ids": 3, "text": 3, "routed": 3}
+    assert all(0 < t < 60 for v in path.ttft_s.values() for t in v)
+    assert path.router_s == pytest.approx(float(np.median(path.ttft_s["routed"]) - np.median(path.ttft_s["text"])))
+    assert json.loads(json.dumps(path.summary()))["requests_per_way"]["routed"] == 3
     rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
     rows = [x for x in rows if not x["warmup"]]
     assert rows and all(x["ok"] for x in rows)
     assert all(x["server_prompt_tokens"] == x["prompt_tokens"] for x in rows)
     where = worker_of(log, "t6")
     assert set(where) == {x["request_id"] for x in rows} and set(where.values()) == {engine.url}
-    hits1, queries1 = prefix_counters(engine.url)
+    hits1, queries1 = hits_mid
     assert queries1 - queries0 >= sum(x["prompt_tokens"] for x in rows)
