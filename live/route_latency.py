@@ -4,7 +4,7 @@ Lone requests of a trace's own prompts are sent three ways: as token ids straigh
 that priced the twin's steps were sent), as text of the same token count straight to the engine, and as that
 text through the router. Before every request each engine's prefix cache is emptied, so all three prefill the
 same prompt cold; the three ways take turns, their order rotated from prompt to prompt. The median TTFT
-differences are what text costs the engine's front end (its tokenisation: a twin's front-end latency
+differences, paired by prompt, are what text costs the engine's front end (its tokenisation: a twin's front-end latency
 ``request_s``) and the router's own latency (the simulated router's ``latency_s``). A difference below zero is
 noise around zero and is reported as measured; users of the numbers clip it.
 """
@@ -30,14 +30,21 @@ WAYS = ("ids", "text", "routed")
 
 @dataclass(frozen=True)
 class RouteLatency:
-    text_s: float                      # median TTFT, text straight to the engine − token ids straight to it
-    router_s: float                    # median TTFT, text through the router − text straight to the engine
-    ttft_s: dict[str, list[float]]     # each way's lone TTFTs, in the order sent
+    text_s: float                      # median over prompts of TTFT(text, direct) − TTFT(token ids, direct)
+    router_s: float                    # median over prompts of TTFT(text, routed) − TTFT(text, direct)
+    ttft_s: dict[str, list[float]]     # each way's lone TTFT per prompt, in the order sent (nan: failed)
 
     def summary(self) -> dict[str, object]:
-        med = {k: float(np.median(v)) if v else math.nan for k, v in self.ttft_s.items()}
-        return {"text_s": self.text_s, "router_s": self.router_s, "median_ttft_s": med,
-                "requests_per_way": {k: len(v) for k, v in self.ttft_s.items()}}
+        def quartiles(d: np.ndarray) -> list[float]:
+            d = d[np.isfinite(d)]
+            return [float(x) for x in np.percentile(d, [25, 75])] if d.size else [math.nan, math.nan]
+        t = {k: np.asarray(v) for k, v in self.ttft_s.items()}
+        return {"text_s": self.text_s, "router_s": self.router_s,
+                "text_s_quartiles": quartiles(t["text"] - t["ids"]),
+                "router_s_quartiles": quartiles(t["routed"] - t["text"]),
+                "median_ttft_s": {k: float(np.nanmedian(v)) for k, v in t.items()},
+                "requests_per_way": {k: int(np.isfinite(v).sum()) for k, v in t.items()},
+                "ttft_s": {k: [round(float(x), 6) for x in v] for k, v in t.items()}}
 
 
 async def _lone(client: httpx.AsyncClient, endpoint: str, model: str, prompt: list[int] | str,
@@ -59,16 +66,20 @@ async def _measure(trace: Trace, text: Callable[[int], str], engines: Sequence[s
                     await reset_prefix_cache(client, e)
                 prompt: list[int] | str = ids if way == "ids" else text(i)
                 direct = engines[k % len(engines)]
-                t = await _lone(client, router if way == "routed" else direct, model, prompt, len(ids))
-                if math.isfinite(t):
-                    out[way].append(t)
+                out[way].append(await _lone(client, router if way == "routed" else direct, model, prompt, len(ids)))
     return out
 
 
+def _paired(a: list[float], b: list[float]) -> float:
+    d = np.asarray(a) - np.asarray(b)
+    d = d[np.isfinite(d)]
+    return float(np.median(d)) if d.size else math.nan
+
+
 def measure(trace: Trace, text: Callable[[int], str], engines: Sequence[str], router: str, model: str,
-            n: int = 12) -> RouteLatency:
-    """``n`` prompts spread over the trace, each sent the three ways (the direct ones to each engine in turn)."""
+            n: int = 24) -> RouteLatency:
+    """``n`` prompts spread over the trace, each sent the three ways (the direct ones to each engine in turn);
+    the differences are paired by prompt, so the prompts' own spread cancels."""
     picks = sorted({int(x) for x in np.linspace(0, trace.n_requests - 1, n)})
     ttft = asyncio.run(_measure(trace, text, engines, router, model, picks))
-    med = {k: float(np.median(v)) if v else math.nan for k, v in ttft.items()}
-    return RouteLatency(med["text"] - med["ids"], med["routed"] - med["text"], ttft)
+    return RouteLatency(_paired(ttft["text"], ttft["ids"]), _paired(ttft["routed"], ttft["text"]), ttft)

@@ -93,10 +93,10 @@ def _route_latency(trace: Trace, workers: list[str], out: Path) -> None:
                         "tiny-llama")
     fitted = out / "cpu-fitted.yaml"
     base = load_hardware(str(fitted)).overhead(FAMILY).request_s
-    n = min(len(v) for v in found.ttft_s.values())
+    n = min(sum(1 for t in v if t == t) for v in found.ttft_s.values())    # t == t: not nan
     write_measured(fitted, out / "cpu-path.yaml", FAMILY, {"request_s": (
         base + max(found.text_s, 0.0), f"the probe fit's {base * 1e3:.2f} ms + text prompts' own cost on an idle "
-        f"engine (live.route_latency, median of {n} lone requests each way)")})
+        f"engine (live.route_latency, median of {n} paired lone requests)")})
     (out / "route-latency.json").write_text(json.dumps(found.summary(), indent=2, sort_keys=True) + "\n")
 
 
@@ -158,12 +158,17 @@ def _compare(trace: Trace, policy: str, live: RunRecord, out: Path) -> dict[str,
     return row
 
 
+def _ms(x: float, q: list[float]) -> str:
+    return f"{x * 1e3:.2f} ms [{q[0] * 1e3:.2f}, {q[1] * 1e3:.2f}]"
+
+
 def _summary(rows: list[dict[str, Any]], trace: Trace, path: dict[str, Any]) -> str:
     lines = [f"# Two vLLM CPU instances behind sglang-router 0.3.2: measured vs simulated ({trace.n_requests} "
              f"requests, {trace.prefix_groups} prefix groups, trace {trace.digest})", "",
-             f"Measured on idle engines (live.route_latency): text prompts add {path['text_s'] * 1e3:.2f} ms to a "
-             f"lone request's TTFT, the router {path['router_s'] * 1e3:.2f} ms (medians of "
-             f"{min(path['requests_per_way'].values())} requests each way).", "",
+             f"Measured on idle engines (live.route_latency, medians of per-prompt differences over "
+             f"{min(path['requests_per_way'].values())} prompts, quartiles in brackets): text prompts add "
+             f"{_ms(path['text_s'], path['text_s_quartiles'])} to a lone request's TTFT, the router "
+             f"{_ms(path['router_s'], path['router_s_quartiles'])}.", "",
              "| router | source | to the prefix's holder | requests per replica | prefix-hit fraction per replica "
              "| TTFT p50 / p95 (s) |", "|---|---|---|---|---|---|"]
     for r in rows:
