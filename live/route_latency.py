@@ -34,6 +34,10 @@ class RouteLatency:
     router_s: float                    # median over prompts of TTFT(text, routed) − TTFT(text, direct)
     ttft_s: dict[str, list[float]]     # each way's lone TTFT per prompt, in the order sent (nan: failed)
 
+    def counts(self) -> dict[str, int]:
+        """Each way's lone requests that got a first token."""
+        return {k: int(np.isfinite(np.asarray(v)).sum()) for k, v in self.ttft_s.items()}
+
     def summary(self) -> dict[str, object]:
         def quartiles(d: np.ndarray) -> list[float]:
             d = d[np.isfinite(d)]
@@ -43,7 +47,7 @@ class RouteLatency:
                 "text_s_quartiles": quartiles(t["text"] - t["ids"]),
                 "router_s_quartiles": quartiles(t["routed"] - t["text"]),
                 "median_ttft_s": {k: float(np.nanmedian(v)) for k, v in t.items()},
-                "requests_per_way": {k: int(np.isfinite(v).sum()) for k, v in t.items()},
+                "requests_per_way": self.counts(),
                 "ttft_s": {k: [round(float(x), 6) for x in v] for k, v in t.items()}}
 
 

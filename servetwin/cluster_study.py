@@ -93,7 +93,7 @@ def _route_latency(trace: Trace, workers: list[str], out: Path) -> None:
                         "tiny-llama")
     fitted = out / "cpu-fitted.yaml"
     base = load_hardware(str(fitted)).overhead(FAMILY).request_s
-    n = min(sum(1 for t in v if t == t) for v in found.ttft_s.values())    # t == t: not nan
+    n = min(found.counts().values())
     write_measured(fitted, out / "cpu-path.yaml", FAMILY, {"request_s": (
         base + max(found.text_s, 0.0), f"the probe fit's {base * 1e3:.2f} ms + text prompts' own cost on an idle "
         f"engine (live.route_latency, median of {n} paired lone requests)")})

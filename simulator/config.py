@@ -10,6 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# which running request gives its KV back (simulator.schedulers.victims.VICTIMS has one chooser per name)
+PreemptionVictim = Literal["newest", "fewest_decoded", "oldest", "most_kv"]
+
 
 class _Cfg(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -34,7 +37,7 @@ class VllmV0Config(_Cfg):
     cuda_graph_max_bs: int = Field(256, ge=0, description="largest captured decode batch")
     num_gpu_blocks: int | None = Field(None, ge=1, description="override the profiled KV block count")
     tensor_parallel_size: int = Field(1, ge=1)
-    preemption_victim: Literal["newest", "fewest_decoded", "oldest", "most_kv"] = Field(
+    preemption_victim: PreemptionVictim = Field(
         "newest", description="which running request is preempted (simulator.schedulers.victims); newest is vLLM's")
 
 
@@ -58,7 +61,7 @@ class VllmV1Config(_Cfg):
     cuda_graph_gib: float = Field(0.5, ge=0, description="CUDA-graph memory estimate (assumed)")
     num_gpu_blocks: int | None = Field(None, ge=1)
     tensor_parallel_size: int = Field(1, ge=1)
-    preemption_victim: Literal["newest", "fewest_decoded", "oldest", "most_kv"] = Field(
+    preemption_victim: PreemptionVictim = Field(
         "newest", description="which running request is preempted (simulator.schedulers.victims); newest is vLLM's")
 
 
@@ -82,7 +85,7 @@ class SglangConfig(_Cfg):
     new_token_ratio_decay_steps: int = Field(600, ge=1)
     retract_decode_steps: int = Field(20, ge=1)
     clip_max_new_tokens: int = Field(4096, ge=1)
-    preemption_victim: Literal["newest", "fewest_decoded", "oldest", "most_kv"] = Field(
+    preemption_victim: PreemptionVictim = Field(
         "fewest_decoded",
         description="which running request is retracted (simulator.schedulers.victims); fewest_decoded is SGLang's")
     disable_overlap_schedule: bool = False

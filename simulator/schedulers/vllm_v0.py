@@ -84,8 +84,6 @@ class VllmV0Scheduler(BlockSchedulerBase):
 
     def _victim(self, queue: deque[Request]) -> Request:
         """``preemption_victim`` among the requests this step has yet to schedule (vLLM's: ``queue.pop()``)."""
-        if self.cfg.preemption_victim == "newest":
-            return queue.pop()
         i = self.choose_victim(queue)
         victim = queue[i]
         del queue[i]

@@ -57,7 +57,7 @@ class VllmV1Scheduler(BlockSchedulerBase):
     def _victim(self, at: int) -> Request:
         """``preemption_victim`` among ``running[at + 1:]``, the requests this step has yet to schedule, else the
         request at ``at`` itself (vLLM's: ``self.running.pop()``, which is that request when it is the last)."""
-        if self.cfg.preemption_victim == "newest" or at + 1 == len(self.running):
+        if at + 1 == len(self.running):
             return self.running.pop()
         return self.running.pop(at + 1 + self.choose_victim(self.running[at + 1:]))
 
