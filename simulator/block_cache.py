@@ -146,15 +146,31 @@ class BlockCache:
         n_total = self.blocks_for(n_tokens)
         table = SeqBlocks([], 0, now)
         if self.prefix_caching and n_full:
-            for depth, h in enumerate(req.block_hashes(n_full, self.block_size).tolist(), start=1):
-                self.query_blocks += 1
-                if h in self.cached:
+            hashes = req.block_hashes(n_full, self.block_size)
+            table.hashes = hashes
+            self.query_blocks += n_full
+            cached = self.cached
+            blks = list(map(cached.get, hashes))
+            lead = blks.index(None) if None in blks else n_full
+            # the leading run of hits takes no fresh block, so nothing is evicted while it is referenced
+            revived = 0
+            for blk in blks[:lead]:
+                if blk.refcount == 0:
+                    revived += 1
+                    blk.version += 1
+                blk.refcount += 1
+                blk.last_access = now
+            self._num_evictable -= revived
+            self.hit_blocks += lead
+            # after the first miss, in order: a fresh block may evict a later block of this very table
+            for depth in range(lead + 1, n_full + 1):
+                h = hashes[depth - 1]
+                if h in cached:
                     self.hit_blocks += 1
                     self._ref(h, now)
                 else:
                     self._take_fresh()
-                    self.cached[h] = CachedBlock(depth, step, now)
-                table.hashes.append(h)
+                    cached[h] = CachedBlock(depth, step, now)
         n_private = n_total - len(table.hashes)
         self._take_fresh_many(n_private)
         self.private_used += n_private
@@ -182,7 +198,7 @@ class BlockCache:
         if not self.prefix_caching:
             return 0
         n = 0
-        for h in req.block_hashes(n_tokens // self.block_size, self.block_size).tolist():
+        for h in req.block_hashes(n_tokens // self.block_size, self.block_size):
             if h not in self.cached:
                 break
             n += 1
@@ -204,9 +220,12 @@ class BlockCache:
             return
         table: SeqBlocks = req.engine
         n_full = n_tokens // self.block_size
+        if len(table.hashes) >= n_full or table.n_private == 0:
+            return
+        hs = req.block_hashes(n_full, self.block_size)
         while len(table.hashes) < n_full and table.n_private > 0:
             depth = len(table.hashes) + 1
-            h = int(req.block_hashes(depth, self.block_size)[depth - 1])
+            h = hs[depth - 1]
             table.n_private -= 1
             self.private_used -= 1
             if h in self.cached:
@@ -223,10 +242,12 @@ class BlockCache:
         if table is None:
             return
         when = max(table.last_access, 0.0)
+        cached = self.cached
         for h in reversed(table.hashes):
-            blk = self.cached[h]
+            blk = cached[h]
             blk.refcount -= 1
-            blk.last_access = max(blk.last_access, when)
+            if blk.last_access < when:
+                blk.last_access = when
             if blk.refcount == 0:
                 self._push_evictable(h, blk)
         self.private_used -= table.n_private
@@ -272,7 +293,7 @@ def share_hits(cache: BlockCache, req: Request, n_blocks: int, now: float) -> Se
     """V1 admission: start req's table with its first n_blocks cached blocks (refcounts taken)."""
     table = SeqBlocks([], 0, now)
     if n_blocks:
-        for h in req.block_hashes(n_blocks, cache.block_size).tolist():
+        for h in req.block_hashes(n_blocks, cache.block_size):
             cache._ref(h, now)
             table.hashes.append(h)
     req.engine = table
@@ -283,5 +304,5 @@ def evictable_among(cache: BlockCache, req: Request, n_blocks: int) -> int:
     """How many of req's first n_blocks cached blocks sit unreferenced (taking them uses free room)."""
     if not n_blocks:
         return 0
-    hs = req.block_hashes(n_blocks, cache.block_size).tolist()
+    hs = req.block_hashes(n_blocks, cache.block_size)
     return sum(1 for h in hs if cache.cached[h].refcount == 0)

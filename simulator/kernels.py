@@ -1,22 +1,28 @@
-"""Hot-path kernels behind one seam: numba versions and pure-Python references of the same signature.
+"""Hot-path kernels, vectorised in NumPy, beside pure-Python references of the same signature.
 
-- ``chain_hashes(tokens, block_size, parent)``: one 64-bit hash per *full* block, each chained from the
-  previous block's hash (FNV-1a over the token ids, finished with splitmix64). The same bytes in any
-  process (no Python ``hash()``, no PYTHONHASHSEED).
+- ``chain_states(tokens, block_size, parent)``: the running state of a polynomial hash over the token
+  stream (``A ← A·K + (t + 1)`` mod 2⁶⁴, from ``parent``) at the end of each *full* block. A block's state
+  depends on every token before it, so equal states mean equal prefixes (up to 2⁻⁶⁴ collisions); a chain
+  continues from the last state. Computed for all tokens at once as ``K^(n−1) · Σ (t_k + 1) · K^(−k)``
+  (K is odd, hence invertible mod 2⁶⁴).
+- ``chain_hashes(tokens, block_size, parent)``: those states finished by splitmix64 (a bijection), the key a
+  block is cached under. The same bytes in any process (no Python ``hash()``, no PYTHONHASHSEED).
 - ``common_prefix_len(a, b)``: length of the longest common prefix of two token arrays.
 
-``tests/test_kernels.py`` checks with hypothesis that each numba kernel agrees with its reference.
+NumPy, not numba: measured on the two kernels, numba was no faster per call (1.8 µs against 1.9 µs for a
+4,096-token common prefix; 10 µs against 9 µs for a 4,096-token chain) and cost 0.65 s to import and load
+in every process. ``tests/test_kernels.py`` checks with hypothesis that each kernel agrees with its reference.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 MASK = (1 << 64) - 1
-FNV_OFFSET = 0xCBF29CE484222325
-FNV_PRIME = 0x100000001B3
-ROOT_HASH = 0x9E3779B97F4A7C15
+K = 0xBF58476D1CE4E5B9                      # odd multiplier
+K_INV = pow(K, -1, 1 << 64)
+ROOT_HASH = 0x9E3779B97F4A7C15              # the state before the first token
+_U1 = np.uint64(1)
 
 
 def _splitmix_py(x: int) -> int:
@@ -26,18 +32,22 @@ def _splitmix_py(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def chain_hashes_py(tokens: np.ndarray, block_size: int, parent: int) -> np.ndarray:
-    """Reference: hashes of the full blocks of ``tokens`` chained from ``parent``."""
+def chain_states_py(tokens: np.ndarray, block_size: int, parent: int) -> np.ndarray:
+    """Reference: the hash state after each full block of ``tokens``, chained from ``parent``."""
     n = len(tokens) // block_size
-    out = np.empty(n, dtype=np.uint64)
-    h = parent & MASK
+    toks = np.asarray(tokens[:n * block_size]).tolist()
+    out = []
+    a = parent & MASK
     for b in range(n):
-        x = (FNV_OFFSET ^ h) & MASK
-        for t in tokens[b * block_size:(b + 1) * block_size]:
-            x = ((x ^ (int(t) & MASK)) * FNV_PRIME) & MASK
-        h = _splitmix_py(x)
-        out[b] = h
-    return out
+        for t in toks[b * block_size:(b + 1) * block_size]:
+            a = (a * K + (t & MASK) + 1) & MASK
+        out.append(a)
+    return np.array(out, dtype=np.uint64)
+
+
+def chain_hashes_py(tokens: np.ndarray, block_size: int, parent: int) -> np.ndarray:
+    """Reference: the keys of the full blocks of ``tokens`` chained from ``parent``."""
+    return np.array([_splitmix_py(int(a)) for a in chain_states_py(tokens, block_size, parent)], dtype=np.uint64)
 
 
 def common_prefix_len_py(a: np.ndarray, b: np.ndarray) -> int:
@@ -48,40 +58,63 @@ def common_prefix_len_py(a: np.ndarray, b: np.ndarray) -> int:
     return n
 
 
-@njit(cache=True)
-def _splitmix_nb(x):  # type: ignore[no-untyped-def]
-    x = x + np.uint64(0x9E3779B97F4A7C15)
+class _Powers:
+    """K^i and K^(−i) mod 2⁶⁴ for i < len, grown by doubling."""
+
+    def __init__(self) -> None:
+        self.fwd = np.ones(1, dtype=np.uint64)
+        self.inv = np.ones(1, dtype=np.uint64)
+
+    def upto(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.fwd.shape[0] <= n:
+            size = max(n + 1, 2 * self.fwd.shape[0], 4096)
+            for name, base in (("fwd", K), ("inv", K_INV)):
+                p = np.full(size, base, dtype=np.uint64)
+                p[0] = 1
+                setattr(self, name, np.cumprod(p, dtype=np.uint64))
+        return self.fwd, self.inv
+
+
+_POW = _Powers()
+
+
+SMALL = 64      # tokens up to which Python integers beat NumPy's per-call overhead (a decode's next block)
+
+
+def chain_states(tokens: np.ndarray, block_size: int, parent: int = ROOT_HASH) -> np.ndarray:
+    n_blocks = len(tokens) // block_size
+    if n_blocks == 0:
+        return np.empty(0, dtype=np.uint64)
+    if n_blocks * block_size <= SMALL:
+        return chain_states_py(tokens, block_size, parent)
+    n = n_blocks * block_size
+    fwd, inv = _POW.upto(n)
+    u = np.asarray(tokens[:n]).astype(np.int64).view(np.uint64) + _U1
+    c = np.cumsum(u * inv[:n], dtype=np.uint64)
+    ends = np.arange(block_size, n + 1, block_size)
+    return np.uint64(parent & MASK) * fwd[ends] + fwd[ends - 1] * c[ends - 1]
+
+
+def finish(states: np.ndarray) -> np.ndarray:
+    """splitmix64 of each state (the cache key)."""
+    if states.shape[0] <= 4:
+        return np.array([_splitmix_py(int(a)) for a in states], dtype=np.uint64)
+    x = states + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
 
 
-@njit(cache=True)
-def _chain_hashes_nb(tokens, block_size, parent):  # type: ignore[no-untyped-def]
-    n = len(tokens) // block_size
-    out = np.empty(n, dtype=np.uint64)
-    h = parent
-    for b in range(n):
-        x = np.uint64(FNV_OFFSET) ^ h
-        for i in range(b * block_size, (b + 1) * block_size):
-            x = (x ^ np.uint64(np.int64(tokens[i]))) * np.uint64(FNV_PRIME)
-        h = _splitmix_nb(x)
-        out[b] = h
-    return out
-
-
-@njit(cache=True)
-def _common_prefix_len_nb(a, b):  # type: ignore[no-untyped-def]
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def chain_hashes(tokens: np.ndarray, block_size: int, parent: int = ROOT_HASH) -> np.ndarray:
-    return _chain_hashes_nb(np.asarray(tokens, dtype=np.int64), block_size, np.uint64(parent & MASK))
+    return finish(chain_states(tokens, block_size, parent))
 
 
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
-    return int(_common_prefix_len_nb(a, b))
+    n = min(a.shape[0], b.shape[0])
+    if n == 0:
+        return 0
+    if a[0] != b[0]:
+        return 0
+    ne = a[:n] != b[:n]
+    i = int(ne.argmax())
+    return i if ne[i] else n

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from simulator.kernels import ROOT_HASH, chain_hashes
+from simulator.kernels import ROOT_HASH, chain_states, finish
 
 
 class Request:
     __slots__ = ("idx", "dag", "role", "prompt", "prompt_len", "max_tokens", "output_len", "num_computed",
                  "send_s", "planned_s", "first_token_s", "last_token_s", "cached_tokens", "preemptions",
-                 "token_times", "error", "engine", "_hashes", "_hash_bs", "arrival_seq")
+                 "token_times", "error", "engine", "_hashes", "_states", "_hash_bs", "arrival_seq")
 
     def __init__(self, idx: int, dag: int, role: str, prompt: np.ndarray, max_tokens: int,
                  planned_s: float, send_s: float, arrival_seq: int, record_tokens: bool = False):
@@ -37,7 +37,8 @@ class Request:
         self.token_times: list[float] | None = [] if record_tokens else None
         self.error = ""
         self.engine: Any = None  # engine-specific per-request state (block table, radix node, …)
-        self._hashes: np.ndarray | None = None
+        self._hashes: list[int] | None = None   # cache keys of the full blocks hashed so far
+        self._states = ROOT_HASH                 # the hash chain's state after them
         self._hash_bs = 0
         self.arrival_seq = arrival_seq
 
@@ -76,19 +77,21 @@ class Request:
         gen = np.full(n - self.prompt_len, self.output_token_id, dtype=np.int32)
         return np.concatenate([self.prompt, gen])
 
-    def block_hashes(self, n_blocks: int, block_size: int) -> np.ndarray:
+    def block_hashes(self, n_blocks: int, block_size: int) -> list[int]:
         """Chained hashes of the first n full blocks (memoised; extended as outputs grow)."""
         h = self._hashes
-        if h is None or self._hash_bs != block_size or h.shape[0] < n_blocks:
-            if h is not None and self._hash_bs == block_size and h.shape[0]:
-                start = h.shape[0]
-                toks = self.tokens(n_blocks * block_size)[start * block_size:]
-                more = chain_hashes(toks, block_size, int(h[-1]))
-                h = np.concatenate([h, more])
-            else:
-                full = max(n_blocks, self.prompt_len // block_size)
-                h = chain_hashes(self.tokens(full * block_size), block_size, ROOT_HASH)
+        if h is None or self._hash_bs != block_size:
+            full = max(n_blocks, self.prompt_len // block_size)
+            st = chain_states(self.tokens(full * block_size), block_size, ROOT_HASH)
+            h = finish(st).tolist()
             self._hashes, self._hash_bs = h, block_size
+            self._states = int(st[-1]) if st.shape[0] else ROOT_HASH
+        elif len(h) < n_blocks:
+            start = len(h)
+            toks = self.tokens(n_blocks * block_size)[start * block_size:]
+            st = chain_states(toks, block_size, self._states)
+            h.extend(finish(st).tolist())
+            self._states = int(st[-1])
         return h[:n_blocks]
 
     # --- events ----------------------------------------------------------------------------------

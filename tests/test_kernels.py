@@ -1,4 +1,4 @@
-"""numba kernels agree with their pure-Python references."""
+"""The NumPy kernels agree with their pure-Python references."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.kernels import ROOT_HASH, chain_hashes, chain_hashes_py, common_prefix_len, common_prefix_len_py
+from simulator.kernels import (
+    ROOT_HASH,
+    chain_hashes,
+    chain_hashes_py,
+    chain_states,
+    chain_states_py,
+    common_prefix_len,
+    common_prefix_len_py,
+)
 
 tokens = st.lists(st.integers(-(2**31), 2**31 - 1), max_size=200).map(lambda x: np.asarray(x, dtype=np.int32))
 
@@ -15,6 +23,16 @@ tokens = st.lists(st.integers(-(2**31), 2**31 - 1), max_size=200).map(lambda x: 
 @given(t=tokens, bs=st.integers(1, 40), parent=st.integers(0, 2**64 - 1))
 def test_chain_hashes_agree(t, bs, parent):
     assert (chain_hashes(t, bs, parent) == chain_hashes_py(t, bs, parent)).all()
+    assert (chain_states(t, bs, parent) == chain_states_py(t, bs, parent)).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(t=tokens, bs=st.integers(1, 40), cut=st.integers(0, 10))
+def test_a_chain_continues_from_its_last_state(t, bs, cut):
+    whole = chain_states(t, bs)
+    cut = min(cut, len(whole))
+    parent = int(whole[cut - 1]) if cut else ROOT_HASH
+    assert (chain_states(t[cut * bs:], bs, parent) == whole[cut:]).all()
 
 
 @settings(max_examples=200, deadline=None)
