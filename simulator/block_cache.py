@@ -21,6 +21,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 from simulator.request import Request
 
@@ -154,7 +155,7 @@ class BlockCache:
             lead = blks.index(None) if None in blks else n_full
             # the leading run of hits takes no fresh block, so nothing is evicted while it is referenced
             revived = 0
-            for blk in blks[:lead]:
+            for blk in cast("list[CachedBlock]", blks[:lead]):
                 if blk.refcount == 0:
                     revived += 1
                     blk.version += 1

@@ -1,12 +1,15 @@
 """SGLang's RadixCache: a token-granular compressed trie over token ids (one KV slot per token).
 
 - ``match_prefix`` walks from the root, splitting a node where the match ends inside it, and refreshes
-  ``last_access`` on every visited node.
+  every visited node's access. SGLang stamps ``last_access_time = time.time()`` node by node, so no two
+  accesses tie; here an access counter (``touched``) orders them, which within one simulated instant keeps
+  the order in which the engine would have touched the nodes.
 - ``insert`` adds the unmatched remainder as a new leaf and returns the length already present
   (the caller frees its duplicate slots for that range).
 - ``inc_lock_ref`` / ``dec_lock_ref`` walk up to the root; a node with ``lock_ref == 0`` is evictable.
 - ``evict(n)`` frees whole unlocked leaves in least-recently-used order, tails first, until at least n
-  tokens are freed; it runs only when an allocation would fail.
+  tokens are freed; it runs only when an allocation would fail. The leaves are kept as the tree changes
+  (SGLang collects them by walking the tree at each eviction; the order is the same).
 
 Contract: ``evictable_size + protected_size == total_size``; locked nodes are never evicted;
 ``check_integrity()`` verifies both by walking the tree.
@@ -22,14 +25,14 @@ from simulator.kernels import common_prefix_len
 
 
 class Node:
-    __slots__ = ("children", "parent", "key", "lock_ref", "last_access")
+    __slots__ = ("children", "parent", "key", "lock_ref", "touched")
 
-    def __init__(self, key: np.ndarray, parent: Node | None, now: float):
+    def __init__(self, key: np.ndarray, parent: Node | None, touched: int):
         self.children: dict[int, Node] = {}
         self.parent = parent
         self.key = key
         self.lock_ref = 0
-        self.last_access = now
+        self.touched = touched             # the access counter at its last access (larger: more recent)
 
     @property
     def is_leaf(self) -> bool:
@@ -38,10 +41,16 @@ class Node:
 
 class RadixCache:
     def __init__(self) -> None:
-        self.root = Node(np.zeros(0, dtype=np.int32), None, 0.0)
+        self.root = Node(np.zeros(0, dtype=np.int32), None, 0)
         self.root.lock_ref = 1
         self.total_size = 0
         self.evictable_size = 0
+        self._clock = 0
+        self._leaves: dict[Node, None] = {}     # every leaf but the root, locked or not
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
 
     @property
     def protected_size(self) -> int:
@@ -51,7 +60,7 @@ class RadixCache:
     def _split(self, node: Node, at: int, now: float) -> Node:
         """Split node's key at position ``at``; returns the new upper node."""
         assert node.parent is not None
-        upper = Node(node.key[:at], node.parent, now)
+        upper = Node(node.key[:at], node.parent, self._tick())
         upper.lock_ref = node.lock_ref
         upper.children[int(node.key[at])] = node
         node.parent.children[int(node.key[0])] = upper
@@ -64,7 +73,7 @@ class RadixCache:
         if max_len is not None:
             key = key[:max_len]
         node, n = self.root, 0
-        node.last_access = now
+        node.touched = self._tick()
         while n < len(key):
             child = node.children.get(int(key[n]))
             if child is None:
@@ -74,7 +83,7 @@ class RadixCache:
                 node = self._split(child, m, now)
                 n += m
                 break
-            child.last_access = now
+            child.touched = self._tick()
             n += m
             node = child
         return n, node
@@ -82,7 +91,7 @@ class RadixCache:
     def insert(self, key: np.ndarray, now: float) -> int:
         """Insert key; returns how many leading tokens were already present."""
         node, n = self.root, 0
-        node.last_access = now
+        node.touched = self._tick()
         while n < len(key):
             child = node.children.get(int(key[n]))
             if child is None:
@@ -90,12 +99,15 @@ class RadixCache:
             m = common_prefix_len(child.key, key[n:])
             if m < len(child.key):
                 child = self._split(child, m, now)
-            child.last_access = now
+            child.touched = self._tick()
             n += m
             node = child
         if n < len(key):
-            leaf = Node(np.array(key[n:], dtype=np.int32), node, now)
+            leaf = Node(np.array(key[n:], dtype=np.int32), node, self._tick())
+            if not node.children:
+                self._leaves.pop(node, None)
             node.children[int(key[n])] = leaf
+            self._leaves[leaf] = None
             self.total_size += len(key) - n
             self.evictable_size += len(key) - n
         return n
@@ -132,37 +144,35 @@ class RadixCache:
         return delta
 
     # --- eviction --------------------------------------------------------------------------------
-    def _leaves(self) -> list[Node]:
-        out, stack = [], [self.root]
-        while stack:
-            nd = stack.pop()
-            if nd.is_leaf and nd is not self.root:
-                out.append(nd)
-            stack.extend(nd.children.values())
-        return out
-
     def evict(self, n_tokens: int) -> int:
         """Free unlocked leaves, least recently used first, until ≥ n_tokens are freed. Returns freed."""
         if n_tokens <= 0 or self.evictable_size == 0:
             return 0
-        heap = [(nd.last_access, i, nd) for i, nd in enumerate(self._leaves())]
+        heap = [(nd.touched, nd) for nd in self._leaves if nd.lock_ref == 0]
         heapq.heapify(heap)
-        counter = len(heap)
         freed = 0
         while freed < n_tokens and heap:
-            _, _, nd = heapq.heappop(heap)
-            if nd.lock_ref > 0 or nd is self.root:
-                continue
+            _, nd = heapq.heappop(heap)
             parent = nd.parent
             assert parent is not None
             del parent.children[int(nd.key[0])]
+            del self._leaves[nd]
             freed += len(nd.key)
             self.total_size -= len(nd.key)
             self.evictable_size -= len(nd.key)
-            if parent is not self.root and parent.is_leaf and parent.lock_ref == 0:
-                counter += 1
-                heapq.heappush(heap, (parent.last_access, counter, parent))
+            if parent is not self.root and not parent.children:
+                self._leaves[parent] = None
+                if parent.lock_ref == 0:
+                    heapq.heappush(heap, (parent.touched, parent))
         return freed
+
+    def _walk(self) -> list[Node]:
+        out, stack = [], [self.root]
+        while stack:
+            nd = stack.pop()
+            out.append(nd)
+            stack.extend(nd.children.values())
+        return out
 
     # --- contract --------------------------------------------------------------------------------
     def check_integrity(self) -> None:
@@ -179,4 +189,6 @@ class RadixCache:
                 evictable += len(ch.key) if ch.lock_ref == 0 else 0
                 stack.append(ch)
         assert total == self.total_size, f"tree holds {total} tokens, counter says {self.total_size}"
+        leaves = [nd for nd in self._walk() if nd is not self.root and not nd.children]
+        assert set(leaves) == set(self._leaves) and len(leaves) == len(self._leaves), "leaf index out of date"
         assert evictable == self.evictable_size, f"evictable {evictable} != counter {self.evictable_size}"

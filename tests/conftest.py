@@ -1,12 +1,8 @@
 from __future__ import annotations
 
-import os
-
 import pytest
 
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".numba_cache"))
-
-from scenarios import compile_trace, scenario_from_dict  # noqa: E402
+from scenarios import compile_trace, scenario_from_dict
 
 
 def small_scenario(**over):  # type: ignore[no-untyped-def]

@@ -122,6 +122,23 @@ def test_radix_evicts_lru_leaf_first():
     t.check_integrity()
 
 
+def test_radix_accesses_in_one_instant_keep_their_order():
+    """SGLang stamps each access with time.time(): of two leaves touched in the same simulated instant, the
+    one touched first is the older, whatever the tree's shape."""
+    t = RadixCache()
+    a = np.asarray([1, 2, 3, 4], np.int32)
+    b = np.asarray([1, 2, 9, 9], np.int32)
+    c = np.asarray([5, 6], np.int32)
+    for key in (a, b, c):
+        t.insert(key, 1.0)
+    t.match_prefix(a, 2.0)
+    t.match_prefix(c, 2.0)          # then b (untouched since 1.0), a, c
+    assert t.evict(1) == 2 and t.match_prefix(b, 3.0)[0] == 2
+    t.check_integrity()
+    assert t.evict(1) == 2 and t.match_prefix(a, 3.0)[0] == 2      # a's tail next, then [1, 2] is a leaf
+    t.check_integrity()
+
+
 def test_computed_prefix_memo_agrees_with_a_fresh_scan_as_steps_grow():
     """The leading computed run is memoised per table; at every later step it equals a scan from scratch."""
     c = BlockCache(64, 4, True)

@@ -26,7 +26,7 @@ def run(repeats: int = 3) -> list[dict]:
     for name, duration, sc, engine, hw, over in CASES:
         t = compile_trace(scenario_from_dict({"duration_s": duration, **sc}))
         walls: dict[bool, list[float]] = {False: [], True: []}
-        simulate(t, engine, hw, overrides=over)                  # warm numba caches
+        simulate(t, engine, hw, overrides=over)                  # warm up (imports, power tables)
         for _ in range(repeats):
             for ff in (False, True):
                 t0 = time.perf_counter()

@@ -22,7 +22,7 @@ def speed(duration: float, rate: float = 0.28, repeats: int = 3) -> list[dict]:
                                           "prompts": {"length": 4096, "sharing": 0.9}}))
     out = []
     for eng, over in ENGINES.items():
-        simulate(t, eng, overrides=over)          # warm numba caches
+        simulate(t, eng, overrides=over)          # warm up (imports, power tables)
         walls = []
         for _ in range(repeats):
             t0 = time.perf_counter()
