@@ -209,19 +209,19 @@ class BlockCache:
     def append_slot(self, req: Request, n_tokens_after: int, step: int, now: float) -> None:
         """Grow req's table so it covers n_tokens_after tokens (allocating a block when the tail is full)."""
         table: SeqBlocks = req.engine
-        while table.num_blocks < self.blocks_for(n_tokens_after):
+        grow = -(-n_tokens_after // self.block_size) - len(table.hashes) - table.n_private
+        for _ in range(grow):
             self._take_fresh()
-            self.private_used += 1
-            table.n_private += 1
+        if grow > 0:
+            self.private_used += grow
+            table.n_private += grow
 
     def promote_full_blocks(self, req: Request, n_tokens: int, step: int, now: float) -> None:
         """Register the sequence's newly filled blocks under their hashes (vLLM promotion); if the hash
         is already cached, share that block and release the private one."""
-        if not self.prefix_caching:
-            return
         table: SeqBlocks = req.engine
         n_full = n_tokens // self.block_size
-        if len(table.hashes) >= n_full or table.n_private == 0:
+        if len(table.hashes) >= n_full or table.n_private == 0 or not self.prefix_caching:
             return
         hs = req.block_hashes(n_full, self.block_size)
         while len(table.hashes) < n_full and table.n_private > 0:

@@ -109,6 +109,28 @@ def chain_hashes(tokens: np.ndarray, block_size: int, parent: int = ROOT_HASH) -
     return finish(chain_states(tokens, block_size, parent))
 
 
+_RUN: dict[int, tuple[int, int]] = {}     # block size → (K^bs, Σ_{i<bs} K^i) mod 2⁶⁴
+
+
+def chain_states_constant(token: int, block_size: int, n_blocks: int, parent: int) -> list[int]:
+    """``chain_states`` over n_blocks blocks of one repeated token, in closed form:
+    A ← A·K^bs + (t + 1)·Σ_{i<bs} K^i (a request's generated tokens are one repeated id here)."""
+    if block_size not in _RUN:
+        _RUN[block_size] = (pow(K, block_size, 1 << 64), sum(pow(K, i, 1 << 64) for i in range(block_size)) & MASK)
+    step, run = _RUN[block_size]
+    add = (((token & MASK) + 1) * run) & MASK
+    out, a = [], parent & MASK
+    for _ in range(n_blocks):
+        a = (a * step + add) & MASK
+        out.append(a)
+    return out
+
+
+def finish_int(state: int) -> int:
+    """``finish`` of one state."""
+    return _splitmix_py(state)
+
+
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
     n = min(a.shape[0], b.shape[0])
     if n == 0:

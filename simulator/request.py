@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.kernels import ROOT_HASH, chain_states, finish
+from simulator.kernels import ROOT_HASH, chain_states, chain_states_constant, finish, finish_int
 
 
 class Request:
@@ -55,11 +55,11 @@ class Request:
 
     @property
     def remaining_prefill(self) -> int:
-        return self.fill_len - self.num_computed
+        return self.prompt_len + self.output_len - self.num_computed
 
     @property
     def in_prefill(self) -> bool:
-        return self.output_len == 0 or self.remaining_prefill > 1
+        return self.output_len == 0 or self.prompt_len + self.output_len - self.num_computed > 1
 
     @property
     def is_finished(self) -> bool:
@@ -88,10 +88,15 @@ class Request:
             self._states = int(st[-1]) if st.shape[0] else ROOT_HASH
         elif len(h) < n_blocks:
             start = len(h)
-            toks = self.tokens(n_blocks * block_size)[start * block_size:]
-            st = chain_states(toks, block_size, self._states)
-            h.extend(finish(st).tolist())
-            self._states = int(st[-1])
+            if start * block_size >= self.prompt_len:         # generated tokens only: one repeated id
+                states = chain_states_constant(self.output_token_id, block_size, n_blocks - start, self._states)
+                h.extend(finish_int(a) for a in states)
+                self._states = states[-1]
+            else:
+                toks = self.tokens(n_blocks * block_size)[start * block_size:]
+                st = chain_states(toks, block_size, self._states)
+                h.extend(finish(st).tolist())
+                self._states = int(st[-1])
         return h[:n_blocks]
 
     # --- events ----------------------------------------------------------------------------------

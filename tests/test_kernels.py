@@ -11,7 +11,9 @@ from simulator.kernels import (
     chain_hashes,
     chain_hashes_py,
     chain_states,
+    chain_states_constant,
     chain_states_py,
+    finish_int,
     common_prefix_len,
     common_prefix_len_py,
 )
@@ -53,3 +55,12 @@ def test_hash_chains_identify_whole_prefix():
     hc = chain_hashes(c, 16)
     assert (hc[:2] == ha[:2]).all() and (hc[2:] != ha[2:]).all()
     assert chain_hashes(a, 16, ROOT_HASH).dtype == np.uint64
+
+
+@settings(max_examples=100, deadline=None)
+@given(tok=st.integers(-(2**31), 2**31 - 1), bs=st.integers(1, 40), n=st.integers(0, 6), parent=st.integers(0, 2**64 - 1))
+def test_a_run_of_one_token_in_closed_form(tok, bs, n, parent):
+    ref = chain_states_py(np.full(n * bs, tok, dtype=np.int32), bs, parent)
+    got = chain_states_constant(tok, bs, n, parent)
+    assert got == ref.tolist()
+    assert [finish_int(a) for a in got] == chain_hashes_py(np.full(n * bs, tok, dtype=np.int32), bs, parent).tolist()

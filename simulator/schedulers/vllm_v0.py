@@ -160,13 +160,18 @@ class VllmV0Scheduler(BlockSchedulerBase):
         preempted: list[Request] = []
         while queue:
             r = queue[0]
-            n = 1 if not r.in_prefill else min(r.remaining_prefill, budget_left)
-            if r.in_prefill and n < r.remaining_prefill and self.cache.prefix_caching:
-                n = n // self.cache.block_size * self.cache.block_size
+            pre = r.in_prefill
+            if pre:
+                rem = r.remaining_prefill
+                n = min(rem, budget_left)
+                if n < rem and self.cache.prefix_caching:
+                    n = n // self.cache.block_size * self.cache.block_size
+            else:
+                n = 1
             if n == 0 or n > budget_left or seqs + 1 > self.cfg.max_num_seqs:
                 break
             queue.popleft()
-            if not r.in_prefill:
+            if not pre:
                 if not self._grow_or_preempt(r, queue, preempted, step_id, now):
                     continue
                 decodes.append((r, 1))
