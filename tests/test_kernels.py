@@ -13,9 +13,9 @@ from simulator.kernels import (
     chain_states,
     chain_states_constant,
     chain_states_py,
-    finish_int,
     common_prefix_len,
     common_prefix_len_py,
+    finish_int,
 )
 
 tokens = st.lists(st.integers(-(2**31), 2**31 - 1), max_size=200).map(lambda x: np.asarray(x, dtype=np.int32))
@@ -58,7 +58,8 @@ def test_hash_chains_identify_whole_prefix():
 
 
 @settings(max_examples=100, deadline=None)
-@given(tok=st.integers(-(2**31), 2**31 - 1), bs=st.integers(1, 40), n=st.integers(0, 6), parent=st.integers(0, 2**64 - 1))
+@given(tok=st.integers(-(2**31), 2**31 - 1), bs=st.integers(1, 40), n=st.integers(0, 6),
+       parent=st.integers(0, 2**64 - 1))
 def test_a_run_of_one_token_in_closed_form(tok, bs, n, parent):
     ref = chain_states_py(np.full(n * bs, tok, dtype=np.int32), bs, parent)
     got = chain_states_constant(tok, bs, n, parent)
