@@ -51,6 +51,8 @@ class Cluster:
         every = getattr(self.router.params, "scrape_interval_s", 0.0)
         now = self.env.now
         if self._scraped_at < 0 or now - self._scraped_at >= every:
+            for r in self.replicas:
+                r.settle()
             stamp = now if every <= 0 else now - (now % every)
             self._scraped_at = stamp
             self._scraped = ([len(r.sched.waiting) for r in self.replicas],

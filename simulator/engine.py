@@ -20,7 +20,9 @@ DECODE or MIXED, each request as [request index, new tokens, cached tokens] whil
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,16 @@ def step_event(step: Step, t0: float) -> dict[str, Any]:
     return {"ev": "run", "t0": t0, "t1": t0, "mode": MODES.get(step.kind, step.kind.upper()), "reqs": reqs}
 
 
+@dataclass(slots=True)
+class _Run:
+    """A decode run taken but not yet applied: ``times[i]`` is when step i ends (``times[0]``: when it began)."""
+
+    plan: Any
+    times: list[float]
+    durs: list[float]
+    kv: list[float]
+
+
 class Replica:
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, telemetry: Telemetry,
                  on_finish: Callable[[Request], None], check_every: int = 0,
@@ -69,7 +81,10 @@ class Replica:
         self.front = None if loop is None else FrontEnd(cost.request_latency, *loop)
         self._written: dict[int, float] = {}      # finished requests' last token: seconds after its step ended
         self.busy_s = 0.0
-        env.process(self._loop())
+        self._run: _Run | None = None            # a decode run under way, applied when it ends or is cut
+        self._resume_at = 0.0                    # a cut run: when the step in progress ends
+        self._owed: float | None = None          # a cut run: that step's KV usage, sampled when it ends
+        self._proc = env.process(self._loop())
 
     def submit(self, req: Request) -> None:
         if self.front is not None:
@@ -110,6 +125,7 @@ class Replica:
         self._front.discard(id(req))
         if req.error:                             # timed out while still in the front end
             return
+        self.settle()
         self.sched.add(req, self.env.now)
         self._kick()
 
@@ -124,8 +140,21 @@ class Replica:
         self.env.timeout(wait).callbacks.append(lambda _e: self.on_finish(req))
 
     def abort(self, req: Request) -> None:
+        self.settle()
         self._aborts.append(req)
         self._kick()
+
+    def settle(self) -> None:
+        """Something outside the loop is about to act on or read this engine: a decode run under way is cut
+        at the step in progress now (its earlier steps applied, that step's allocation and tokens too, its
+        telemetry sample taken when it ends, as a step-by-step run would). An event at the very instant a
+        step ends counts as arriving before that step ended."""
+        run = self._run
+        if run is None:
+            return
+        j = bisect_left(run.times, self.env.now, 1)
+        self._apply_run(run, j)
+        self._proc.interrupt()
 
     def _kick(self) -> None:
         if self._wake is not None and not self._wake.triggered:
@@ -149,11 +178,10 @@ class Replica:
         env, sched = self.env, self.sched
         while True:
             self._apply_aborts()
-            # a run needs two steps before the next event: the last step's length says whether to look
-            if self.fast_forward and sched.running and env.peek() - env.now > 1.9 * self._last_dur:
-                end = self._decode_run()
-                if end is not None:
-                    yield env.timeout(end - env.now)
+            if self.fast_forward and sched.running:
+                run = self._take_run()
+                if run is not None:
+                    yield from self._ride(run)
                     continue
             step = sched.schedule(env.now, self.step_id) if sched.has_work else None
             self._drain_rejected()
@@ -186,9 +214,7 @@ class Replica:
             if self.front is not None:
                 self._stream(step)
             self.step_id += 1
-            c = sched.counters
-            self.tel.sample(env.now, sched.kv_usage(), len(sched.waiting), len(sched.running),
-                            c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens)
+            self._sample(sched.kv_usage())
             if self.check_every and self.step_id % self.check_every == 0:
                 sched.check_integrity()
                 if self.front is not None:
@@ -196,13 +222,32 @@ class Replica:
             for r in done:
                 self._deliver(r)
 
-    def _decode_run(self) -> float | None:
-        """Apply the decode run the scheduler would take next, as far as it ends before the next event on the
-        clock; returns when its last step ends (None: no run of two steps or more)."""
+    def _sample(self, kv: float) -> None:
+        c = self.sched.counters
+        self.tel.sample(self.env.now, kv, len(self.sched.waiting), len(self.sched.running),
+                        c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens)
+
+    def _ride(self, run: _Run):  # type: ignore[no-untyped-def]
+        """Wait out a decode run: to its end, or, cut by ``settle``, to the end of the step then in progress;
+        then take the telemetry sample of the run's last applied step (after whatever arrived meanwhile)."""
+        self._run = run
+        try:
+            yield self.env.timeout(run.times[-1] - self.env.now)
+            self._apply_run(run, len(run.durs))
+        except simpy.Interrupt:
+            if self.env.now < self._resume_at:
+                yield self.env.timeout(self._resume_at - self.env.now)
+        assert self._owed is not None
+        self._sample(self._owed)
+        self._owed = None
+
+    def _take_run(self) -> _Run | None:
+        """The decode run the scheduler would take next, priced to its end (None: no run of two steps or more).
+        Nothing is applied yet: the run is applied when it ends, or up to the step in progress when something
+        acts on this engine first (``settle``)."""
         plan = self.sched.decode_run()  # type: ignore[attr-defined]
         if plan is None:
             return None
-        horizon = self.env.peek()
         n = len(plan.reqs)
         times, durs, kv = [self.env.now], [], []
         i, m = 1, 16
@@ -213,29 +258,32 @@ class Replica:
             ctx = plan.ctx0 + n * (np.arange(i, i + len(distinct), dtype=np.int64) - 1)
             t = times[-1]
             for dur, u in zip(self.cost.decode_step_times(n, ctx, distinct), usage.tolist(), strict=True):
-                if not t + dur < horizon:
-                    break
                 t = t + dur
                 times.append(t)
                 durs.append(dur)
                 kv.append(u)
-            if len(durs) < i + len(distinct) - 1 or len(distinct) < m:
+            if len(distinct) < m:
                 break
             i, m = i + m, 128
-        k = len(durs)
-        if k < 2 or not plan.valid(k):
+        if len(durs) < 2 or not plan.valid(len(durs)):
             return None
-        self._last_dur = durs[-1]
-        self.sched.apply_decode_run(plan, k, times, self.step_id)  # type: ignore[attr-defined]
+        return _Run(plan, times, durs, kv)
+
+    def _apply_run(self, run: _Run, k: int) -> None:
+        """Apply the run's first k steps; the k-th step's telemetry sample is owed until it ends."""
+        self._run = None
+        self._resume_at = run.times[k]
+        self._owed = run.kv[k - 1]
+        self._last_dur = run.durs[k - 1]
+        self.sched.apply_decode_run(run.plan, k, run.times, self.step_id)  # type: ignore[attr-defined]
         c = self.sched.counters
-        for dur in durs:
+        for dur in run.durs[:k]:
             self.busy_s += dur
-        self.tel.sample_many(times[1:], kv, len(self.sched.waiting), len(self.sched.running), c.preemptions,
-                             c.prefix_hit_tokens, c.prefix_query_tokens)
+        self.tel.sample_many(run.times[1:k], run.kv[:k - 1], len(self.sched.waiting), len(self.sched.running),
+                             c.preemptions, c.prefix_hit_tokens, c.prefix_query_tokens)
         first = self.step_id
         self.step_id += k
         self.runs += 1
         self.run_steps += k
         if self.check_every and self.step_id // self.check_every > first // self.check_every:
             self.sched.check_integrity()
-        return times[-1]

@@ -1,19 +1,21 @@
 """Decode fast-forward: a run of pure-decode steps that nothing can change, advanced in one SimPy event.
 
-Between the events that change a batch — an arrival or a dependant's release (any event on the clock), a
-prefill the scheduler would admit, a request finishing, a block the growth would lack (preemption), a client
-abort — an engine's steps are pure decodes of the same requests, each adding one token per request. Their
-durations are the cost model's for the same sums a step-by-step run would build (context grows by one token
-per request per step; distinct KV by the blocks the step allocates), so a run of K such steps can be priced
-on arrays (``CostModel.decode_step_times``, the same operations as one ``step_time`` call per step) and its
-state applied once per request (tokens, blocks, promotions at the step
-and time they happen), instead of K scheduler passes over every request.
+Between the events that change a batch — a request reaching the engine, a prefill the scheduler would admit, a
+request finishing, a block the growth would lack (preemption), a client abort — an engine's steps are pure
+decodes of the same requests, each adding one token per request. Their durations are the cost model's for the
+same sums a step-by-step run would build (context grows by one token per request per step; distinct KV by the
+blocks the step allocates), so a run of K such steps can be priced on arrays (``CostModel.decode_step_times``,
+the same operations as one ``step_time`` call per step) and its state applied once per request (tokens, blocks,
+promotions at the step and time they happen), instead of K scheduler passes over every request.
 
-Each engine family states when its next steps are such a run (``decode_run``) and applies one
-(``apply_decode_run``); a family without them runs step by step. The replica takes a run only when it ends
-strictly before the next event on the clock, so every step-by-step observation (times, telemetry samples,
-step counts) is reproduced: `--no-fast-forward` keeps the reference step-by-step mode, and
-tests/test_fast_forward.py compares the two on random scenarios.
+Each engine family states when its next steps are such a run (``decode_run``) and applies the first k of them
+(``apply_decode_run``); a family without them runs step by step. The replica prices a run to its end and waits;
+events elsewhere on the clock (another replica's steps, a tool call, a delivery) leave it alone. When something
+acts on or reads the engine before the run ends — a request handed to it, a client abort, a router scraping its
+metrics — the replica first applies the run up to the step then in progress (``Replica.settle``) and resumes
+step by step when that step ends, so every step-by-step observation (times, telemetry samples, step counts) is
+reproduced: `--no-fast-forward` keeps the reference step-by-step mode, and tests/test_fast_forward.py compares
+the two on random scenarios, single engines and clusters.
 
 Implemented: vLLM 0.6.3 (V0, chunked and unchunked, FCFS), vLLM V1 (FCFS) and SGLang (a GPU's overlap
 scheduler and none; a CPU's inline forward runs step by step).

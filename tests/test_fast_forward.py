@@ -50,13 +50,13 @@ def test_fast_forward_gives_the_step_by_step_results(preset, rate, length, shari
 
 def test_runs_are_taken_on_the_study_workload(monkeypatch):
     taken: list[int] = []
-    orig = Replica._decode_run
+    orig = Replica._take_run
 
     def counting(self):  # type: ignore[no-untyped-def]
-        end = orig(self)
-        taken.append(int(end is not None))
-        return end
-    monkeypatch.setattr(Replica, "_decode_run", counting)
+        run = orig(self)
+        taken.append(int(run is not None))
+        return run
+    monkeypatch.setattr(Replica, "_take_run", counting)
     t = compile_trace(scenario_from_dict({"duration_s": 200, "arrivals": {"rate": 0.28},
                                           "prompts": {"length": 4096, "sharing": 0.9}}))
     for engine, over in PRESETS[0], PRESETS[3], PRESETS[4]:
