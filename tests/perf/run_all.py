@@ -12,7 +12,8 @@ ROOT = HERE.parents[1]
 for script, args in (("bench_compile.py", []), ("bench_import.py", []), ("bench_simulate.py", ["speed"]),
                      ("bench_simulate.py", ["memory"]),
                      ("bench_dispatch.py", []), ("bench_cluster.py", []),
-                     ("bench_grid.py", ["2"]), ("bench_serve.py", []), ("bench_fast_forward.py", [])):
+                     ("bench_grid.py", ["2"]), ("bench_serve.py", []), ("bench_fast_forward.py", []),
+                     ("bench_startup.py", [])):
     print(f"# {script} {' '.join(args)}", flush=True)
     subprocess.run([sys.executable, str(HERE / script), *args], check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
