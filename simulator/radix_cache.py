@@ -68,8 +68,12 @@ class RadixCache:
         node.key = node.key[at:]
         return upper
 
-    def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None) -> tuple[int, Node]:
-        """Longest cached prefix of key (at most max_len tokens): (length, last matched node)."""
+    def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None,
+                     memo: dict[int, tuple[np.ndarray, int, int]] | None = None) -> tuple[int, Node]:
+        """Longest cached prefix of key (at most max_len tokens): (length, last matched node). ``memo`` (one per
+        key, kept by the caller) remembers each comparison with a node's key at an offset: a key array is never
+        changed in place (a split gives both parts new arrays), so the same array at the same offset compares the
+        same; the memo holds the array, so its id cannot be reused while remembered."""
         if max_len is not None:
             key = key[:max_len]
         node, n = self.root, 0
@@ -78,7 +82,14 @@ class RadixCache:
             child = node.children.get(int(key[n]))
             if child is None:
                 break
-            m = common_prefix_len(child.key, key[n:])
+            ck = child.key
+            seen = memo.get(id(ck)) if memo is not None else None
+            if seen is not None and seen[0] is ck and seen[1] == n:
+                m = seen[2]
+            else:
+                m = common_prefix_len(ck, key[n:])
+                if memo is not None:
+                    memo[id(ck)] = (ck, n, m)
             if m < len(child.key):               # the new upper node is fresh; the lower keeps its time
                 node = self._split(child, m, now)
                 n += m

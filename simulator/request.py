@@ -19,7 +19,7 @@ from simulator.kernels import ROOT_HASH, chain_states, chain_states_constant, fi
 class Request:
     __slots__ = ("idx", "dag", "role", "prompt", "prompt_len", "max_tokens", "output_len", "num_computed",
                  "send_s", "planned_s", "first_token_s", "last_token_s", "cached_tokens", "preemptions",
-                 "token_times", "error", "engine", "_hashes", "_states", "_hash_bs", "arrival_seq")
+                 "token_times", "error", "engine", "_hashes", "_states", "_hash_bs", "arrival_seq", "match_memo")
 
     def __init__(self, idx: int, dag: int, role: str, prompt: np.ndarray, max_tokens: int,
                  planned_s: float, send_s: float, arrival_seq: int, record_tokens: bool = False):
@@ -41,6 +41,7 @@ class Request:
         self._states = ROOT_HASH                 # the hash chain's state after them
         self._hash_bs = 0
         self.arrival_seq = arrival_seq
+        self.match_memo: Any = None    # SGLang: radix comparisons of the waiting request's key (fill length, memo)
 
     # --- derived ---------------------------------------------------------------------------------
     @property

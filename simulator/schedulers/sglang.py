@@ -77,6 +77,7 @@ class SglangScheduler(SchedulerBase):
         chunk = cfg.chunked_prefill_size
         self.chunk = None if chunk is None or chunk <= 0 else chunk
         self.order = get_ordering(cfg.schedule_policy)
+        self._dedup_last: tuple[list[Request], set[int]] = ([], set())   # _in_batch_dedup's last requests, answer
         self.choose_victim = get_victim(cfg.preemption_victim)
         self.max_req_len = min(cfg.context_length - 1, self.total - 1)
 
@@ -114,7 +115,10 @@ class SglangScheduler(SchedulerBase):
     def _match(self, r: Request, now: float) -> tuple[int, Node]:
         if self.cfg.disable_radix_cache:
             return 0, self.tree.root
-        return self.tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1)
+        memo = r.match_memo
+        if memo is None or memo[0] != r.fill_len:
+            memo = r.match_memo = (r.fill_len, {})
+        return self.tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1, memo[1])
 
     def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
         """``cache_unfinished_req`` / ``cache_finished_req``: insert the first n_tokens, free duplicate
@@ -166,17 +170,24 @@ class SglangScheduler(SchedulerBase):
         return ordered
 
     def _in_batch_dedup(self, waiting: list[Request], matched: dict[int, int], now: float) -> set[int]:
-        scratch = RadixCache()
+        """The waiting requests whose prefix another, earlier one shares (SGLang builds a scratch radix tree of
+        the uncached ones each time): a function of those requests in order alone, so the last answer stands
+        while they are the same requests in the same order (a waiting request's tokens do not change)."""
         th = self.cfg.in_batch_prefix_threshold
+        cand = [r for r in waiting if matched[id(r)] <= th]
+        last, answer = self._dedup_last
+        if len(cand) == len(last) and all(a is b for a, b in zip(cand, last, strict=True)):
+            return answer
+        scratch = RadixCache()
         out: set[int] = set()
-        for r in waiting:
-            if matched[id(r)] <= th:
-                key = r.tokens(r.fill_len)
-                m, _ = scratch.match_prefix(key, now)
-                if m >= th:
-                    out.add(id(r))
-                else:
-                    scratch.insert(key, now)
+        for r in cand:
+            key = r.tokens(r.fill_len)
+            m, _ = scratch.match_prefix(key, now)
+            if m >= th:
+                out.add(id(r))
+            else:
+                scratch.insert(key, now)
+        self._dedup_last = (cand, out)
         return out
 
     # --- prefill batch ---------------------------------------------------------------------------
@@ -230,6 +241,7 @@ class SglangScheduler(SchedulerBase):
                 self.batch_is_full = True
                 break
             r.engine = SgState(prefix, node, prefix)
+            r.match_memo = None
             r.num_computed = prefix
             if r.cached_tokens < 0:
                 r.cached_tokens = prefix
