@@ -120,8 +120,17 @@ class BlockCache:
         """``_take_fresh`` n times: content-less blocks first, then evictions in order."""
         k = min(n, self.free_hashless)
         self.free_hashless -= k
-        for _ in range(n - k):
-            self._take_fresh()
+        need = n - k
+        heap, cached, pop = self._heap, self.cached, heapq.heappop
+        while need:
+            if not heap:
+                raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
+            _, _, _, h, ver = pop(heap)
+            blk = cached.get(h)
+            if blk is not None and blk.refcount == 0 and blk.version == ver:
+                del cached[h]
+                self._num_evictable -= 1
+                need -= 1
 
     # --- admission and allocation ----------------------------------------------------------------
     def can_allocate(self, n_tokens: int, watermark: int) -> AllocStatus:
@@ -163,15 +172,24 @@ class BlockCache:
                 blk.last_access = now
             self._num_evictable -= revived
             self.hit_blocks += lead
-            # after the first miss, in order: a fresh block may evict a later block of this very table
-            for depth in range(lead + 1, n_full + 1):
-                h = hashes[depth - 1]
+            # after the first miss, in order: a fresh block may evict a later block of this very table, so a
+            # run of misses takes its blocks at once (none of them can be evicted) and what follows is looked
+            # up after
+            i = lead
+            while i < n_full:
+                h = hashes[i]
                 if h in cached:
                     self.hit_blocks += 1
                     self._ref(h, now)
-                else:
-                    self._take_fresh()
-                    cached[h] = CachedBlock(depth, step, now)
+                    i += 1
+                    continue
+                j = i + 1
+                while j < n_full and hashes[j] not in cached:
+                    j += 1
+                self._take_fresh_many(j - i)
+                for d in range(i, j):
+                    cached[hashes[d]] = CachedBlock(d + 1, step, now)
+                i = j
         n_private = n_total - len(table.hashes)
         self._take_fresh_many(n_private)
         self.private_used += n_private
@@ -243,14 +261,24 @@ class BlockCache:
         if table is None:
             return
         when = max(table.last_access, 0.0)
-        cached = self.cached
+        cached, heap, push, v0 = self.cached, self._heap, heapq.heappush, self.variant == "v0"
+        seq = self._seq
+        freed = 0
         for h in reversed(table.hashes):
             blk = cached[h]
             blk.refcount -= 1
             if blk.last_access < when:
                 blk.last_access = when
-            if blk.refcount == 0:
-                self._push_evictable(h, blk)
+            if blk.refcount == 0:                 # _push_evictable, inline
+                seq += 1
+                freed += 1
+                blk.version += 1
+                if v0:
+                    push(heap, (blk.last_access, -blk.depth, seq, h, blk.version))
+                else:
+                    push(heap, (float(seq), 0, seq, h, blk.version))
+        self._seq = seq
+        self._num_evictable += freed
         self.private_used -= table.n_private
         self.free_hashless += table.n_private
         req.engine = None
