@@ -47,6 +47,7 @@ class RadixCache:
         self.evictable_size = 0
         self._clock = 0
         self._leaves: dict[Node, None] = {}     # every leaf but the root, locked or not
+        self.version = 0                         # bumped whenever a node is made, split or removed
 
     def _tick(self) -> int:
         self._clock += 1
@@ -60,6 +61,7 @@ class RadixCache:
     def _split(self, node: Node, at: int, now: float) -> Node:
         """Split node's key at position ``at``; returns the new upper node."""
         assert node.parent is not None
+        self.version += 1
         upper = Node(node.key[:at], node.parent, self._tick())
         upper.lock_ref = node.lock_ref
         upper.children[int(node.key[at])] = node
@@ -69,15 +71,19 @@ class RadixCache:
         return upper
 
     def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None,
-                     memo: dict[int, tuple[np.ndarray, int, int]] | None = None) -> tuple[int, Node]:
+                     memo: dict[int, tuple[np.ndarray, int, int]] | None = None,
+                     path: list[Node] | None = None) -> tuple[int, Node]:
         """Longest cached prefix of key (at most max_len tokens): (length, last matched node). ``memo`` (one per
         key, kept by the caller) remembers each comparison with a node's key at an offset: a key array is never
         changed in place (a split gives both parts new arrays), so the same array at the same offset compares the
-        same; the memo holds the array, so its id cannot be reused while remembered."""
+        same; the memo holds the array, so its id cannot be reused while remembered. ``path`` collects the nodes
+        the match touched, in order (``touch``)."""
         if max_len is not None:
             key = key[:max_len]
         node, n = self.root, 0
         node.touched = self._tick()
+        if path is not None:
+            path.append(node)
         while n < len(key):
             child = node.children.get(int(key[n]))
             if child is None:
@@ -95,9 +101,18 @@ class RadixCache:
                 n += m
                 break
             child.touched = self._tick()
+            if path is not None:
+                path.append(child)
             n += m
             node = child
         return n, node
+
+    def touch(self, path: list[Node]) -> None:
+        """What a match that made no node touches, again: the same nodes in the same order (while ``version``
+        is unchanged the same key matches along the same path)."""
+        for nd in path:
+            self._clock += 1
+            nd.touched = self._clock
 
     def insert(self, key: np.ndarray, now: float) -> int:
         """Insert key; returns how many leading tokens were already present."""
@@ -114,6 +129,7 @@ class RadixCache:
             n += m
             node = child
         if n < len(key):
+            self.version += 1
             leaf = Node(np.array(key[n:], dtype=np.int32), node, self._tick())
             if not node.children:
                 self._leaves.pop(node, None)
@@ -166,6 +182,7 @@ class RadixCache:
             _, nd = heapq.heappop(heap)
             parent = nd.parent
             assert parent is not None
+            self.version += 1
             del parent.children[int(nd.key[0])]
             del self._leaves[nd]
             freed += len(nd.key)

@@ -115,10 +115,20 @@ class SglangScheduler(SchedulerBase):
     def _match(self, r: Request, now: float) -> tuple[int, Node]:
         if self.cfg.disable_radix_cache:
             return 0, self.tree.root
+        # a waiting request is matched at every prefill decision: on a tree no node was made, split or removed in
+        # since its last match, the match is the same and only its touches are repeated
         memo = r.match_memo
+        tree = self.tree
         if memo is None or memo[0] != r.fill_len:
-            memo = r.match_memo = (r.fill_len, {})
-        return self.tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1, memo[1])
+            memo = r.match_memo = [r.fill_len, {}, -1, None, None]
+        elif memo[2] == tree.version:
+            tree.touch(memo[4])
+            return memo[3]
+        version, path = tree.version, []
+        got = tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1, memo[1], path)
+        if tree.version == version:
+            memo[2:] = [version, got, path]
+        return got
 
     def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
         """``cache_unfinished_req`` / ``cache_finished_req``: insert the first n_tokens, free duplicate
