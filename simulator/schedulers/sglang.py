@@ -124,7 +124,7 @@ class SglangScheduler(SchedulerBase):
         elif memo[2] == tree.version:
             tree.touch(memo[4])
             return memo[3]
-        version, path = tree.version, []
+        version, path = tree.version, list[Node]()
         got = tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1, memo[1], path)
         if tree.version == version:
             memo[2:] = [version, got, path]
