@@ -134,6 +134,7 @@ class Request:
         """Drop the token arrays once the request is done (only its scalars go into the record)."""
         self.prompt = np.zeros(0, dtype=np.int32)
         self._hashes = None
+        self.match_memo = None
 
     def reset_for_recompute(self) -> None:
         """Preempted by recompute / retracted: KV gone, outputs kept, prefill starts again."""

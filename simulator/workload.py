@@ -57,7 +57,11 @@ class DagDriver:
         return lambda _e: self._issue(i)
 
     def finished(self, r: Request) -> None:
-        """A request completed (or failed): release successors whose predecessors are all done."""
+        """A request completed (or failed): release successors whose predecessors are all done. A failed one's
+        tokens are dropped here (the engine has let go of it; a completed one's the engine drops itself, after its
+        last use of them)."""
+        if r.error:
+            r.release_tokens()
         self.completed += 1
         a = self.trace.arrays
         for s in self.succ[r.idx]:

@@ -113,3 +113,22 @@ def test_record_round_trip(tmp_path: Path, small_trace):
     back = read_run(tmp_path / "r")
     pd.testing.assert_frame_equal(back.requests, rec.requests.astype(back.requests.dtypes.to_dict()))
     assert back.chunks is not None and len(back.chunks) == int(rec.requests["output_tokens"].sum())
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.6.3", "sglang-0.4.1"])
+def test_every_request_lets_go_of_its_tokens_however_it_ended(engine, monkeypatch):
+    """Memory follows the requests in flight: a request that timed out drops its prompt like a completed one."""
+    from simulator import workload
+    drivers = []
+    init = workload.DagDriver.__init__
+
+    def keep(self, *a, **k):  # type: ignore[no-untyped-def]
+        init(self, *a, **k)
+        drivers.append(self)
+    monkeypatch.setattr(workload.DagDriver, "__init__", keep)
+    t = compile_trace(small_scenario(duration_s=120, arrivals={"rate": 1.5}, prompts={"length": 2048}))
+    rec = simulate(t, engine, timeout_s=20.0)
+    assert (rec.requests["error"] == "timeout").any() and rec.requests["ok"].any()
+    reqs = drivers[0].requests
+    held = [r for r in (reqs.values() if isinstance(reqs, dict) else reqs) if r is not None and r.prompt.size]
+    assert not held
