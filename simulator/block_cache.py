@@ -67,7 +67,8 @@ class BlockCache:
         self.free_hashless = num_blocks
         self.private_used = 0
         self.cached: dict[int, CachedBlock] = {}
-        self._heap: list[tuple[float, int, int, int, int]] = []  # (key1, key2, seq, hash, version)
+        self._heap: list[tuple[float, int, int, list[tuple[float, int, int, int, int]], int]] = []
+        # (key1, key2, seq, run, position): a run of (key1, key2, seq, hash, version), ascending
         self._num_evictable = 0
         self._seq = 0
         self.hit_blocks = 0      # cumulative block-granular lookups, as vLLM's hit-rate metric
@@ -95,42 +96,40 @@ class BlockCache:
         return -(-n_tokens // self.block_size)
 
     # --- eviction order --------------------------------------------------------------------------
-    def _push_evictable(self, h: int, blk: CachedBlock) -> None:
-        self._seq += 1
-        blk.version += 1
-        key = (blk.last_access, -blk.depth) if self.variant == "v0" else (float(self._seq), 0)
-        heapq.heappush(self._heap, (key[0], key[1], self._seq, h, blk.version))
-        self._num_evictable += 1
-
+    # The evictor is a heap of sorted runs: ``free`` pushes a request's newly evictable blocks as runs whose keys
+    # (v0: last access, then deepest first; v1: the order freed) ascend, one heap entry per run at its head. A
+    # fresh block takes the head of the lowest run and goes on along that run while its next key stays below every
+    # other run's head, so blocks leave in exactly the order one heap entry per block would give. Entries of
+    # blocks referenced again since (their version moved) are skipped when reached.
     def _take_fresh(self) -> None:
         """Take one block for new content: a content-less one, else evict a cached one."""
-        if self.free_hashless > 0:
-            self.free_hashless -= 1
-            return
-        while self._heap:
-            _, _, _, h, ver = heapq.heappop(self._heap)
-            blk = self.cached.get(h)
-            if blk is not None and blk.refcount == 0 and blk.version == ver:
-                del self.cached[h]
-                self._num_evictable -= 1
-                return
-        raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
+        self._take_fresh_many(1)
 
     def _take_fresh_many(self, n: int) -> None:
         """``_take_fresh`` n times: content-less blocks first, then evictions in order."""
         k = min(n, self.free_hashless)
         self.free_hashless -= k
         need = n - k
-        heap, cached, pop = self._heap, self.cached, heapq.heappop
+        heap, cached, pop, push = self._heap, self.cached, heapq.heappop, heapq.heappush
         while need:
             if not heap:
                 raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
-            _, _, _, h, ver = pop(heap)
-            blk = cached.get(h)
-            if blk is not None and blk.refcount == 0 and blk.version == ver:
-                del cached[h]
-                self._num_evictable -= 1
-                need -= 1
+            _, _, _, run, pos = pop(heap)
+            end = len(run)
+            while pos < end:
+                _, _, _, h, ver = run[pos]
+                pos += 1
+                blk = cached.get(h)
+                if blk is not None and blk.refcount == 0 and blk.version == ver:
+                    del cached[h]
+                    self._num_evictable -= 1
+                    need -= 1
+                    if not need:
+                        break
+                if pos < end and heap and run[pos][:3] > heap[0][:3]:
+                    break
+            if pos < end:
+                push(heap, (*run[pos][:3], run, pos))
 
     # --- admission and allocation ----------------------------------------------------------------
     def can_allocate(self, n_tokens: int, watermark: int) -> AllocStatus:
@@ -261,24 +260,28 @@ class BlockCache:
         if table is None:
             return
         when = max(table.last_access, 0.0)
-        cached, heap, push, v0 = self.cached, self._heap, heapq.heappush, self.variant == "v0"
+        cached, v0 = self.cached, self.variant == "v0"
         seq = self._seq
-        freed = 0
+        run: list[tuple[float, int, int, int, int]] = []
+        last1, last2 = -1.0, 0
         for h in reversed(table.hashes):
             blk = cached[h]
             blk.refcount -= 1
             if blk.last_access < when:
                 blk.last_access = when
-            if blk.refcount == 0:                 # _push_evictable, inline
+            if blk.refcount == 0:
                 seq += 1
-                freed += 1
                 blk.version += 1
-                if v0:
-                    push(heap, (blk.last_access, -blk.depth, seq, h, blk.version))
-                else:
-                    push(heap, (float(seq), 0, seq, h, blk.version))
+                k1, k2 = (blk.last_access, -blk.depth) if v0 else (float(seq), 0)
+                if k1 < last1 or (k1 == last1 and k2 < last2):   # keys must ascend along a run: start another
+                    heapq.heappush(self._heap, (*run[0][:3], run, 0))
+                    run = []
+                last1, last2 = k1, k2
+                run.append((k1, k2, seq, h, blk.version))
+        if run:
+            heapq.heappush(self._heap, (*run[0][:3], run, 0))
+        self._num_evictable += seq - self._seq
         self._seq = seq
-        self._num_evictable += freed
         self.private_used -= table.n_private
         self.free_hashless += table.n_private
         req.engine = None

@@ -160,3 +160,67 @@ def test_computed_prefix_memo_agrees_with_a_fresh_scan_as_steps_grow():
     for step in range(0, 9):
         for r in reqs:
             assert c.computed_prefix_tokens(r, step, 10**6) == scan(r, step), (r.idx, step)
+
+
+class _LruReference:
+    """vLLM's evictor as a plain scan: the evictable block with the oldest last access, deepest first, then the
+    one that became evictable first (v0); or the one freed first (v1)."""
+
+    def __init__(self, num_blocks: int, variant: str):
+        self.free, self.variant, self.seq = num_blocks, variant, 0
+        self.cached: dict[int, list] = {}             # hash → [refcount, last access, depth, seq freed]
+
+    def _fresh(self) -> None:
+        if self.free:
+            self.free -= 1
+            return
+        idle = [(b[1], -b[2], b[3], h) if self.variant == "v0" else (b[3], h)
+                for h, b in self.cached.items() if b[0] == 0]
+        del self.cached[min(idle)[-1]]
+
+    def allocate(self, hashes: list[int], n_private: int, now: float) -> None:
+        for depth, h in enumerate(hashes, start=1):
+            if h in self.cached:
+                self.cached[h][0] += 1
+                self.cached[h][1] = now
+            else:
+                self._fresh()
+                self.cached[h] = [1, now, depth, -1]
+        for _ in range(n_private):
+            self._fresh()
+
+    def release(self, hashes: list[int], n_private: int, when: float) -> None:
+        for h in reversed(hashes):
+            b = self.cached[h]
+            b[0] -= 1
+            b[1] = max(b[1], when)
+            if b[0] == 0:
+                self.seq += 1
+                b[3] = self.seq
+        self.free += n_private
+
+
+@settings(max_examples=300, deadline=None)
+@given(variant=st.sampled_from(["v0", "v1"]), data=st.data())
+def test_block_evictor_takes_blocks_in_the_reference_order(variant, data):
+    bs, nb = 2, 16
+    c, ref = BlockCache(nb, bs, True, variant), _LruReference(nb, variant)
+    live: list[Request] = []
+    for step in range(data.draw(st.integers(5, 60))):
+        now = float(step // 3)                         # operations share instants
+        if live and data.draw(st.booleans()):
+            r = live.pop(data.draw(st.integers(0, len(live) - 1)))
+            ref.release(list(r.engine.hashes), r.engine.n_private, max(r.engine.last_access, 0.0))
+            c.free(r, now)
+        else:
+            head = data.draw(st.sampled_from([[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [7] * 8]))
+            toks = head[:data.draw(st.integers(0, 8))] + data.draw(st.lists(st.integers(10, 13), max_size=10))
+            n = len(toks)
+            if not n or c.blocks_for(n) > c.num_free:
+                continue
+            r = req(step, toks)
+            c.allocate(r, n, step, now)
+            ref.allocate(list(r.engine.hashes), r.engine.n_private, now)
+            live.append(r)
+        assert set(c.cached) == set(ref.cached)
+        c.check_integrity(live)
