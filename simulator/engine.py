@@ -67,7 +67,6 @@ class Replica:
         # per step is observed (a step log, a front-end loop streaming each step)
         self.fast_forward = (fast_forward and step_log is None and cost.front_end_loop is None
                              and hasattr(scheduler, "decode_run"))
-        self._last_dur = 0.0
         self.runs = 0                             # decode runs fast-forwarded, steps they covered
         self.run_steps = 0
         self.step_log = step_log
@@ -203,7 +202,6 @@ class Replica:
             if step.shape.decodes:
                 step.shape.decode_distinct = sched.distinct_kv_tokens()
             dur = self.cost.step_time(step.shape)
-            self._last_dur = dur
             event = step_event(step, env.now) if self.step_log is not None else None
             yield env.timeout(dur)
             if event is not None and self.step_log is not None:
@@ -274,7 +272,6 @@ class Replica:
         self._run = None
         self._resume_at = run.times[k]
         self._owed = run.kv[k - 1]
-        self._last_dur = run.durs[k - 1]
         self.sched.apply_decode_run(run.plan, k, run.times, self.step_id)  # type: ignore[attr-defined]
         c = self.sched.counters
         for dur in run.durs[:k]:
