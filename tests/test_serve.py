@@ -236,8 +236,10 @@ def test_serve_from_the_command_line_writes_its_record_on_sigint(tmp_path):
 def test_the_live_client_against_serve_at_real_time_measures_what_simulate_gives(tmp_path):
     """`servetwin live run` replays a 20-s agent trace against `servetwin serve` at speed-up 1: per request, the
     client's TTFT and E2E exceed the twin's own by the HTTP path only; the run's medians match `simulate` of the
-    same trace (the closed loop's dependants arrive a few ms later live, which moves some steps: the bound is
-    looser on TTFT than the issue's 2 % + 2 ms, which the docs report as measured)."""
+    requests as they reached the twin (the served trace). The closed loop issues dependants a few ms later live than
+    the compiled trace plans them, by as much as the host is loaded, which moves some steps: against `simulate` of
+    the compiled trace the TTFT median was 6-7 ms (of 215) above on an idle host and 15 ms beside the rest of the
+    suite, against the served trace 4-5 ms (idle), so only the latter is asserted."""
     scen = tmp_path / "sc.yaml"
     scen.write_text("name: serve-check\nduration_s: 20\narrivals: {rate: 0.4}\nprompts: {length: 1024, sharing: 0.9}\n")
     made = _cli("trace", "compile", "--scenario", str(scen), "--seed", "1", "--out", str(tmp_path / "t"))
@@ -264,7 +266,8 @@ def test_the_live_client_against_serve_at_real_time_measures_what_simulate_gives
         extra = (m[f"{end}_l"] - m["send_s_l"]) - (m[f"{end}_v"] - m["send_s_v"])
         base = (m[f"{end}_v"] - m["send_s_v"]).median()
         assert 0 < extra.median() <= 0.02 * base + 0.005, (end, extra.median())
-    sim = simulate(read_trace(tmp_path / "t"), "sglang-0.4.1", overrides={"mem_fraction_static": 0.85}).requests
+    sim = simulate(read_trace(tmp_path / "rec" / "trace"), "sglang-0.4.1",
+                   overrides={"mem_fraction_static": 0.85}).requests
     for end, rel in (("first_token_s", 0.05), ("last_token_s", 0.02)):
         a = (live[end] - live["send_s"]).median()
         b = (sim[end] - sim["send_s"]).median()
