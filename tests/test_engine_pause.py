@@ -11,9 +11,11 @@ from pathlib import Path
 from live.local_engine import VllmCpu
 
 # SIGINT handled as the engines' servers handle it (they install their own handler): a test run started in the
-# background by a shell inherits SIGINT ignored, which Python then keeps
+# background by a shell inherits SIGINT ignored, which Python then keeps. It says "ready" once its handler is in
+# and its child started: on a loaded host a fixed sleep could end before that, and stop() then waited out 30 s
 CHILD = ("import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
-         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
+         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+         "print('ready', flush=True); time.sleep(60)")
 
 
 def states(pgid: int) -> set[str]:
@@ -39,10 +41,11 @@ def wait_for(pgid: int, want: set[str]) -> set[str]:
 
 def test_a_paused_instance_stops_all_its_processes_and_resumes_and_stops(tmp_path: Path) -> None:
     eng = VllmCpu(Path("model"), log_path=tmp_path / "engine.log")
-    eng._proc = subprocess.Popen([sys.executable, "-c", CHILD], start_new_session=True)
+    eng._proc = subprocess.Popen([sys.executable, "-c", CHILD], start_new_session=True, stdout=subprocess.PIPE,
+                                 text=True)
     pid = eng._proc.pid
     try:
-        time.sleep(0.5)                                   # its child started
+        assert eng._proc.stdout is not None and eng._proc.stdout.readline().strip() == "ready"
         assert wait_for(pid, {"S"}) == {"S"}
         eng.pause()
         assert wait_for(pid, {"T"}) == {"T"}           # the parent and its child stopped
