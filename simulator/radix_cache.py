@@ -22,6 +22,7 @@ import heapq
 import numpy as np
 
 from simulator.kernels import common_prefix_len
+from simulator.trees import descendants
 
 
 class Node:
@@ -194,14 +195,6 @@ class RadixCache:
                     heapq.heappush(heap, (parent.touched, parent))
         return freed
 
-    def _walk(self) -> list[Node]:
-        out, stack = [], [self.root]
-        while stack:
-            nd = stack.pop()
-            out.append(nd)
-            stack.extend(nd.children.values())
-        return out
-
     # --- contract --------------------------------------------------------------------------------
     def check_integrity(self) -> None:
         total = evictable = 0
@@ -217,6 +210,6 @@ class RadixCache:
                 evictable += len(ch.key) if ch.lock_ref == 0 else 0
                 stack.append(ch)
         assert total == self.total_size, f"tree holds {total} tokens, counter says {self.total_size}"
-        leaves = [nd for nd in self._walk() if nd is not self.root and not nd.children]
+        leaves = [nd for nd in descendants(self.root) if nd is not self.root and not nd.children]
         assert set(leaves) == set(self._leaves) and len(leaves) == len(self._leaves), "leaf index out of date"
         assert evictable == self.evictable_size, f"evictable {evictable} != counter {self.evictable_size}"

@@ -10,6 +10,7 @@ once (queued cells cancelled, workers stopped), keeping every cell already writt
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Callable, Iterable
@@ -21,7 +22,7 @@ from analysis.records import RecordError, read_meta, write_run
 from foundation.errors import ServetwinError
 from scenarios.compiler import compile_trace
 from scenarios.grid import Cell
-from scenarios.trace import read_trace
+from scenarios.trace import Trace, read_trace
 from simulator.cluster import ClusterSpec
 from simulator.cluster_run import simulate_cluster
 from simulator.presets import resolve
@@ -29,9 +30,11 @@ from simulator.profiles import load_hardware, load_model
 from simulator.simulate import simulate
 
 
-def run_cell(cell: Cell, out: str) -> str:
-    """Simulate one cell and write its RunRecord atomically under out/<cell.key>. Returns the key."""
-    trace = read_trace(cell.trace) if cell.trace else compile_trace(cell.scenario_model())
+def run_cell(cell: Cell, out: str, trace: Trace | None = None) -> str:
+    """Simulate one cell and write its RunRecord atomically under out/<cell.key>. Returns the key.
+    ``trace``: the cell's trace when the caller already has it (cells of one trace share it)."""
+    if trace is None:
+        trace = _trace_of(cell)
     if cell.is_cluster:
         rec = simulate_cluster(trace, cluster_spec(cell), cell.hardware, cell.model, cell.context)
     else:
@@ -40,6 +43,36 @@ def run_cell(cell: Cell, out: str) -> str:
                           "config": cell.config, "config_index": cell.config_index}
     write_run(rec, Path(out) / cell.key)
     return cell.key
+
+
+def _trace_of(cell: Cell) -> Trace:
+    return read_trace(cell.trace) if cell.trace else compile_trace(cell.scenario_model())
+
+
+def _trace_key(cell: Cell) -> str:
+    return f"trace:{cell.trace}" if cell.trace else json.dumps(cell.scenario, sort_keys=True)
+
+
+def _weight(cell: Cell) -> float:
+    """A cell's rough cost for ordering: its offered requests (duration × rate), 0 where unknown."""
+    arr = cell.scenario.get("arrivals") or {}
+    rate = arr.get("rate") if isinstance(arr, dict) else None
+    return float(cell.scenario.get("duration_s") or 0) * float(rate or 0) * cell.replicas
+
+
+def trace_groups(cells: list[Cell]) -> list[list[Cell]]:
+    """The cells grouped by trace (each trace is compiled once, for all its engines and arms), heaviest group
+    first so that a pool's last tasks are short. Order within a group is the grid's."""
+    groups: dict[str, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault(_trace_key(c), []).append(c)
+    return sorted(groups.values(), key=lambda g: -sum(map(_weight, g)))
+
+
+def run_group(cells: list[Cell], out: str) -> list[str]:
+    """Run cells that share one trace, compiling or reading it once; returns their keys in order."""
+    trace = _trace_of(cells[0])
+    return [run_cell(c, out, trace) for c in cells]
 
 
 def cluster_spec(cell: Cell) -> ClusterSpec:
@@ -94,7 +127,7 @@ def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the parent stops the pool; no traceback per worker
 
 
-def _stop(pool: ProcessPoolExecutor, futs: list[Future[str]]) -> None:
+def _stop(pool: ProcessPoolExecutor, futs: list[Future[list[str]]]) -> None:
     for f in futs:
         f.cancel()
     for proc in list(getattr(pool, "_processes", {}).values()):
@@ -112,18 +145,21 @@ def run_cells(cells: list[Cell], out: str | Path, executor: str = "local", jobs:
     jobs = jobs or os.cpu_count() or 1
     done: list[str] = []
     if jobs == 1 or len(todo) <= 1:
-        for c in todo:
-            done.append(run_cell(c, str(out)))
-            if progress:
-                progress(len(done), len(todo))
+        for g in trace_groups(todo):
+            trace = _trace_of(g[0])
+            for c in g:
+                done.append(run_cell(c, str(out), trace))
+                if progress:
+                    progress(len(done), len(todo))
         return done
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
-    futs = [pool.submit(run_cell, c, str(out)) for c in todo]
+    futs = [pool.submit(run_group, g, str(out)) for g in trace_groups(todo)]
     try:
         for f in as_completed(futs):
-            done.append(f.result())
-            if progress:
-                progress(len(done), len(todo))
+            for key in f.result():
+                done.append(key)
+                if progress:
+                    progress(len(done), len(todo))
     except BaseException:
         _stop(pool, futs)
         raise
@@ -139,12 +175,13 @@ def _run_ray(todo: list[Cell], out: str, address: str | None,
         raise ServetwinError("--executor ray needs Ray: pip install 'servetwin[ray]'") from None
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(run_cell)
-    refs = [remote.remote(c, out) for c in todo]
+    remote = ray.remote(run_group)
+    refs = [remote.remote(g, out) for g in trace_groups(todo)]
     done: list[str] = []
     while refs:
         ready, refs = ray.wait(refs, num_returns=1)
-        done.extend(ray.get(ready))
-        if progress:
-            progress(len(done), len(todo))
+        for key in ray.get(ready)[0]:
+            done.append(key)
+            if progress:
+                progress(len(done), len(todo))
     return done

@@ -15,7 +15,7 @@ from analysis.records import RecordError, find_runs, read_run
 from analysis.tables import all_tables
 from foundation.errors import SpecError
 from scenarios.grid import cells, load_grid
-from simulator.sweep import run_cells
+from simulator.sweep import run_cells, trace_groups
 
 ROOT = Path(__file__).parent.parent
 
@@ -67,6 +67,16 @@ def test_sweep_resumes_after_kill(tmp_path: Path):
     for run, mtime in first.items():
         assert (run / "run.json").stat().st_mtime_ns == mtime      # not run twice
     assert not list(out.rglob(".seed-*"))                          # no half-written cells left
+
+
+def test_cells_of_one_trace_run_together_heaviest_first(tmp_path: Path):
+    cs = cells(load_grid(grid_file(tmp_path)))
+    groups = trace_groups(cs)
+    assert sorted(c.key for g in groups for c in g) == sorted(c.key for c in cs)     # each cell once
+    for g in groups:     # one trace: both engines and both arms of one rate and seed
+        assert len({(c.scenario["arrivals"]["rate"], c.seed) for c in g}) == 1 and len(g) == 4
+    rates = [g[0].scenario["arrivals"]["rate"] for g in groups]
+    assert rates == sorted(rates, reverse=True)                    # the heaviest traces are given out first
 
 
 def test_pool_and_sequential_identical(tmp_path: Path):

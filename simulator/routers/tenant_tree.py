@@ -15,6 +15,7 @@ import heapq
 import numpy as np
 
 from simulator.kernels import common_prefix_len
+from simulator.trees import descendants
 
 
 class Node:
@@ -86,7 +87,7 @@ class TenantTree:
         """Remove ``tenant`` from its least recently used leaves until it owns at most ``max_tokens``."""
         if self.size[tenant] <= max_tokens:
             return
-        heap = [(n.tenants[tenant], id(n), n) for n in self._nodes() if tenant in n.tenants
+        heap = [(n.tenants[tenant], id(n), n) for n in descendants(self.root) if tenant in n.tenants
                 and not any(tenant in c.tenants for c in n.children.values())]
         heapq.heapify(heap)
         while heap and self.size[tenant] > max_tokens:
@@ -102,17 +103,9 @@ class TenantTree:
                     and not any(tenant in c.tenants for c in parent.children.values())):
                 heapq.heappush(heap, (parent.tenants[tenant], id(parent), parent))
 
-    def _nodes(self) -> list[Node]:
-        out, stack = [], [self.root]
-        while stack:
-            n = stack.pop()
-            out.append(n)
-            stack.extend(n.children.values())
-        return out
-
     def check_integrity(self) -> None:
         size = [0] * len(self.size)
-        for n in self._nodes():
+        for n in descendants(self.root):
             if n is self.root:
                 continue
             assert n.edge.shape[0] > 0, "an empty edge below the root"

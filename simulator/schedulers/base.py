@@ -114,8 +114,10 @@ class BlockSchedulerBase(SchedulerBase):
 
     def complete(self, step: Step, now: float, step_id: int) -> list[Request]:
         done = self.advance(step, now)
-        for r, _ in step.items:
-            if r.engine is not None:
+        bs = self.cache.block_size
+        for r, _ in step.items:         # only a table with a newly full block can promote one
+            t = r.engine
+            if t is not None and r.num_computed // bs > len(t.hashes):
                 self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
         for r in done:
             self.cache.free(r, now)

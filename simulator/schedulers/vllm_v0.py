@@ -138,6 +138,8 @@ class VllmV0Scheduler(BlockSchedulerBase):
         if items:
             self.running.extend(r for r, _ in items)
             return Step("prefill", items, shape)
+        if (step := self._decode_all(now, step_id, shape)) is not None:
+            return step
         queue = deque(self.running)   # popleft() walks running; pop() takes running[-1] as victim
         kept: list[Request] = []
         preempted: list[Request] = []
@@ -150,8 +152,27 @@ class VllmV0Scheduler(BlockSchedulerBase):
         self._requeue(preempted)
         return Step("decode", [(r, 1) for r in kept], shape)
 
+    def _decode_all(self, now: float, step_id: int, shape: BatchShape) -> Step | None:
+        """The decode step when no request can be preempted: the blocks every running request takes leave one
+        free, so ``_grow_or_preempt`` finds a block before each of them; the same blocks, in the same order,
+        as its loop would take. None when a preemption is possible (the loop decides)."""
+        run, cache = self.running, self.cache
+        bs = cache.block_size
+        grow = [r for r in run if r.fill_len > r.engine.num_blocks * bs]
+        need = sum(-(-r.fill_len // bs) - r.engine.num_blocks for r in grow)
+        if cache.num_free - need < 1:
+            return None
+        for r in grow:
+            cache.append_slot(r, r.fill_len, step_id, now)
+        for r in run:
+            shape.add_decode(r.context_len)
+        self.running = list(run)
+        return Step("decode", [(r, 1) for r in run], shape)
+
     def _schedule_chunked(self, now: float, step_id: int) -> Step:
         shape = BatchShape()
+        cache = self.cache
+        bs = cache.block_size
         budget_left = self.budget
         seqs = 0
         queue = deque(self.running)
@@ -172,7 +193,9 @@ class VllmV0Scheduler(BlockSchedulerBase):
                 break
             queue.popleft()
             if not pre:
-                if not self._grow_or_preempt(r, queue, preempted, step_id, now):
+                # a request whose table covers its next token, with a block free, takes nothing: no call
+                if (r.fill_len > r.engine.num_blocks * bs or cache.num_free < 1) and \
+                        not self._grow_or_preempt(r, queue, preempted, step_id, now):
                     continue
                 decodes.append((r, 1))
                 shape.add_decode(r.context_len)
