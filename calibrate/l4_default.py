@@ -5,17 +5,25 @@
 
 ``--at`` fits nothing and writes nothing: it prints every target's error, C7's counts and each run's
 throughput, TTFT p50 and TPOT p50 with the shipped profile's coefficients replaced by the ones given (a
-profile field or ``family.field``), to show what a coefficient does to each target (about 10 s).
+profile field, ``family.field`` or the study's ``tool_median_s``), to show what a coefficient does to each target
+(about 10 s).
 
 Fitted (everything else stays datasheet, measured or assumed, as marked in ``l4-base.yaml``):
 - ``eta_bandwidth``: the memory bandwidth the weights stream at, shared by both engines (one GPU);
-- ``eta_compute``: the GEMMs' compute efficiency (both engines run the linear layers through cuBLAS);
+- ``eta_compute``: vLLM's effective compute efficiency, and ``sglang.eta_compute`` SGLang's: both run the
+  linear layers through cuBLAS, but what a prefill step costs beyond them differs (vLLM 0.6.3 prefills whole
+  prompts in prefill-only steps over FlashAttention; SGLang 0.4.1 chunks of 2,048 over FlashInfer's ragged and
+  paged kernels, eagerly on a < 25 GB GPU), so each family's is fitted as an effective efficiency, not the
+  GEMMs' alone (vLLM V1 takes the profile's, vLLM's);
 - ``kv_shared_cost``: what a decode pays for a context token another decode of the step already read — on
   an L4 one layer's KV of the study's 3,686-token shared prefix (15 MB) fits in the 48 MB L2;
 - per engine family, where the kernels differ: ``kappa_kv`` (the decode attention's cost per KV byte read,
   vLLM 0.6.3's FlashAttention paged decode against SGLang 0.4.1's FlashInfer) and SGLang's
   ``step_eager_s`` (0.4.1 captures CUDA graphs only to batch 8 on a < 25 GB GPU, so its larger decode
-  batches run eagerly).
+  batches run eagerly);
+- ``tool_median_s``, of the study's workload, not of the GPU: its tool calls' median delay, within the published
+  MCP range 0.1-0.8 s (``calibrate.l4_targets``); it is written to the profile's ``fit.workload`` and carried
+  by the study's grids, never into the step costs.
 
 The objective is the sum of squared log errors over C1-C6 (``calibrate.l4_targets``), each simulated with
 the study's configuration over three seeds, minimised by Nelder-Mead in log-coefficient space. Reported
@@ -40,11 +48,20 @@ from calibrate.fit import dump_profile
 from simulator.profiles import HardwareProfile, load_hardware
 
 HERE = Path(__file__).resolve().parent.parent / "simulator" / "profiles" / "hardware"
-START = {"eta_bandwidth": 0.8, "eta_compute": 0.45, "kv_shared_cost": 0.5, "vllm-v0.kappa_kv": 0.6,
-         "sglang.kappa_kv": 0.6, "sglang.step_eager_s": 0.02}
+# the start: the neighbourhood of the previous fit (six coefficients, tools at 0.5 s), SGLang's efficiency and the
+# tool median between it and the L4's sustained GEMM efficiency and the published MCP medians
+START = {"eta_bandwidth": 0.9, "eta_compute": 0.28, "kv_shared_cost": 0.45, "vllm-v0.kappa_kv": 1.2,
+         "sglang.kappa_kv": 0.35, "sglang.step_eager_s": 0.022, "sglang.eta_compute": 0.36, "tool_median_s": 0.15}
 BOUNDS = {"eta_bandwidth": (0.5, 0.95), "eta_compute": (0.2, 0.6), "kv_shared_cost": (0.02, 1.0),
-          "vllm-v0.kappa_kv": (0.1, 2.0), "sglang.kappa_kv": (0.1, 2.0), "sglang.step_eager_s": (0.002, 0.06)}
+          "vllm-v0.kappa_kv": (0.1, 2.0), "sglang.kappa_kv": (0.1, 2.0), "sglang.step_eager_s": (0.002, 0.06),
+          "sglang.eta_compute": (0.2, 0.6), "tool_median_s": T.TOOL_MEDIAN_BOUNDS}
 NAMES = tuple(START)
+WORKLOAD = "tool_median_s"         # the one coefficient of the study's workload, not of the profile
+
+
+def split(coef: dict[str, float]) -> tuple[dict[str, float], float]:
+    """Coefficients → (the profile's, the study's tool median)."""
+    return {k: v for k, v in coef.items() if k != WORKLOAD}, coef[WORKLOAD]
 
 
 def coefficients(x: np.ndarray) -> dict[str, float]:
@@ -62,8 +79,9 @@ class Objective:
 
     def achieved(self, x: np.ndarray) -> dict[str, float]:
         self.evals += 1
-        return T.achieved(T.simulate_conditions(T.with_coefficients(self.base, coefficients(x)), T.CONDITIONS,
-                                                self.workers))
+        hw, tool = split(coefficients(x))
+        return T.achieved(T.simulate_conditions(T.with_coefficients(self.base, hw), T.CONDITIONS, self.workers,
+                                                tool))
 
     def __call__(self, x: np.ndarray) -> float:
         return float(np.sum(log_errors(self.achieved(x)) ** 2))
@@ -85,7 +103,7 @@ def loo(obj: Objective, x: np.ndarray, r0: np.ndarray, step: float = 0.05) -> di
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "l4.yaml"))
-    ap.add_argument("--evals", type=int, default=120)
+    ap.add_argument("--evals", type=int, default=160)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--at", nargs="+", metavar="KEY=VALUE",
                     help="evaluate the targets with these coefficients instead of fitting")
@@ -98,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     simplex = np.vstack([x0] + [x0 + 0.3 * e for e in np.eye(len(x0))])
     res = minimize(obj, x0, method="Nelder-Mead",
                    options={"maxfev": a.evals, "xatol": 1e-3, "fatol": 1e-5, "initial_simplex": simplex})
-    coef = coefficients(res.x)
+    coef, tool = split(coefficients(res.x))
     hw = T.with_coefficients(base, coef)
-    runs = T.simulate_conditions(hw, T.CONDITIONS, a.workers)
+    runs = T.simulate_conditions(hw, T.CONDITIONS, a.workers, tool)
     got = T.achieved(runs)
     r0 = log_errors(got)
     cv = loo(obj, res.x, r0)
@@ -108,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(calibrate/l4_targets.py)", "evaluations": obj.evals, "loss": round(float(r0 @ r0), 6),
                "targets": T.TARGETS, "achieved": {k: round(v, 4) for k, v in got.items()},
                "log_errors": {k: round(float(e), 4) for k, e in zip(T.TARGETS, r0, strict=True)},
-               "loo_log_errors": cv, "c7_preemptions": T.preemptions(runs), "c8": T.c8(hw, a.workers)}
+               "loo_log_errors": cv, "c7_preemptions": T.preemptions(runs), "c8": T.c8(hw, a.workers, tool),
+               "workload": T.study_tools(tool)}
     out = _write(a.out, coef, quality)
     print(f"wrote {out}; loss {quality['loss']:.4f} after {obj.evals} evaluations")
     for k, v in T.TARGETS.items():
@@ -123,7 +142,8 @@ def parse_at(items: list[str], hw: HardwareProfile) -> dict[str, float]:
     for item in items:
         key, eq, raw = item.partition("=")
         fam, _, field = key.rpartition(".")
-        known = hasattr(hw.overheads[fam], field) if fam in hw.overheads else (not fam and hasattr(hw, field))
+        known = hasattr(hw.overheads[fam], field) if fam in hw.overheads else (
+            not fam and (hasattr(hw, field) or field == WORKLOAD))
         try:
             value = float(raw) if eq and known else math.nan
         except ValueError:
@@ -142,7 +162,8 @@ def evaluate_at(items: list[str], workers: int) -> int:
     except ValueError as e:
         print(f"error: {e}")
         return 2
-    runs = T.simulate_conditions(T.with_coefficients(hw, values), T.CONDITIONS, workers)
+    coef, tool = split({WORKLOAD: T.fitted_tool_median(), **values})
+    runs = T.simulate_conditions(T.with_coefficients(hw, coef), T.CONDITIONS, workers, tool)
     got = T.achieved(runs)
     for k, v in T.TARGETS.items():
         print(f"  {k:22s} target {v:8.4f}  simulated {got[k]:8.4f}  ({(got[k] / v - 1) * 100:+6.1f} %)")

@@ -11,6 +11,13 @@ aggregates. Two targets need a reading, stated here:
   service rate. ``servetwin capacity`` is checked against C6 after the fit (docs/cost-model.md).
 - C7 (no run preempted or retracted more than three requests) and C8 (peak KV-cache use at λ = 0.012,
   σ 0 and 0.95) are reported beside the fit; the fitted coefficients price steps and cannot move KV sizing.
+
+One number of the study's workload is not published: its tool calls' delays ("drawn from published Model
+Context Protocol tool latencies", paper-method.md). Each worker waits for one before it is sent, so the delays set
+how closely a graph's four workers follow each other, and so how often one's prefill waits behind another's
+(C2's TTFT). The fit infers their median within the published MCP range (0.1-0.8 s, cost-model.md section 5),
+lognormal with p95 = 5 × median (σ_ln ≈ 1.0, the reference's form); the study's grids carry the value
+(``study_tools``; a test keeps them equal to the profile's ``fit.workload``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from analysis.metrics import run_metrics
 from analysis.stats import geomean
@@ -48,23 +58,43 @@ CONDITIONS = {"C1": (1.0, 600.0, 0.9, (VLLM,)), "C2": (0.12, 900.0, 0.9, (SGLANG
 C8_CONDITIONS = {"C8_s0": (0.012, 2400.0, 0.0, (VLLM, SGLANG)), "C8_s95": (0.012, 2400.0, 0.95, (VLLM, SGLANG))}
 
 
+TOOL_P95_RATIO = 5.0           # the study's tool delays: lognormal, p95 = 5 × median (σ_ln ≈ 1.0)
+TOOL_MEDIAN_BOUNDS = (0.1, 0.8)  # published MCP medians per tool call, 100-800 ms (cost-model.md section 5)
+PROFILE = Path(__file__).resolve().parent.parent / "simulator" / "profiles" / "hardware" / "l4.yaml"
+
+
+def study_tools(median_s: float) -> dict[str, dict[str, Any]]:
+    """The study's tool class as a scenario's ``tools`` mapping, for a median delay (inferred by the fit)."""
+    m = round(median_s, 4)
+    return {"mcp": {"median_s": m, "p95_s": round(TOOL_P95_RATIO * m, 4),
+                    "source": "the reference study's MCP tool delays, median inferred from C2 within the published "
+                              "0.1-0.8 s (python -m calibrate.l4_default)"}}
+
+
+def fitted_tool_median(profile: Path = PROFILE) -> float:
+    """The study's tool median as the shipped profile's fit inferred it (``fit.workload``)."""
+    return float(yaml.safe_load(profile.read_text())["fit"]["workload"]["mcp"]["median_s"])
+
+
 @functools.lru_cache(maxsize=64)
-def study_trace(rate: float, duration_s: float, sharing: float, seed: int) -> Trace:
+def study_trace(rate: float, duration_s: float, sharing: float, seed: int, tool_median_s: float) -> Trace:
     return compile_trace(scenario_from_dict({"seed": seed, "duration_s": duration_s, "arrivals": {"rate": rate},
-                                             "prompts": {"length": 4096, "sharing": sharing}}))
+                                             "prompts": {"length": 4096, "sharing": sharing},
+                                             "tools": study_tools(tool_median_s)}))
 
 
-def _run(job: tuple[HardwareProfile, str, str, int]) -> tuple[str, str, int, dict[str, Any]]:
-    hw, cond, engine, seed = job
+def _run(job: tuple[HardwareProfile, str, str, int, float]) -> tuple[str, str, int, dict[str, Any]]:
+    hw, cond, engine, seed, tool = job
     rate, dur, sharing, _ = {**CONDITIONS, **C8_CONDITIONS}[cond]
-    rec = simulate(study_trace(rate, dur, sharing, seed), engine, hw, overrides=DEFAULTS[engine])
+    rec = simulate(study_trace(rate, dur, sharing, seed, tool), engine, hw, overrides=DEFAULTS[engine])
     return cond, engine, seed, run_metrics(rec)
 
 
-def simulate_conditions(hw: HardwareProfile, conditions: dict[str, tuple], workers: int = 2
+def simulate_conditions(hw: HardwareProfile, conditions: dict[str, tuple], workers: int, tool_median_s: float
                         ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Every condition × engine × seed, in ``workers`` processes; results in a fixed order."""
-    jobs = [(hw, c, e, s) for c, (_, _, _, engines) in conditions.items() for e in engines for s in SEEDS]
+    jobs = [(hw, c, e, s, tool_median_s) for c, (_, _, _, engines) in conditions.items() for e in engines
+            for s in SEEDS]
     if workers > 1:
         with ProcessPoolExecutor(workers) as ex:
             done = list(ex.map(_run, jobs))
@@ -91,8 +121,8 @@ def preemptions(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, 
     return {f"{c}/{e}": [int(m["preemptions"]) for m in ms] for (c, e), ms in runs.items()}
 
 
-def c8(hw: HardwareProfile, workers: int = 2) -> dict[str, dict[str, float]]:
-    runs = simulate_conditions(hw, C8_CONDITIONS, workers)
+def c8(hw: HardwareProfile, workers: int, tool_median_s: float) -> dict[str, dict[str, float]]:
+    runs = simulate_conditions(hw, C8_CONDITIONS, workers, tool_median_s)
     out = {}
     for (fam, sigma), target in C8.items():
         engine = VLLM if fam == "vllm" else SGLANG

@@ -1,12 +1,16 @@
 """The L4 default's calibration plumbing: coefficient names, overrides and the --at evaluation's input."""
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
 from calibrate import l4_default as D
 from calibrate import l4_targets as T
 from simulator.profiles import load_hardware
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_with_coefficients_sets_profile_and_family_fields_apart():
@@ -41,3 +45,24 @@ def test_at_reads_profile_and_family_coefficients():
     hw = load_hardware("l4")
     assert D.parse_at(["eta_compute=0.47", "sglang.kappa_kv=0.2"], hw) == {"eta_compute": 0.47,
                                                                            "sglang.kappa_kv": 0.2}
+
+
+def test_the_tool_median_is_the_studys_workload_not_a_profile_coefficient():
+    coef = D.coefficients([math.log(D.START[k]) for k in D.NAMES])
+    hw, tool = D.split(coef)
+    assert D.WORKLOAD not in hw and tool == pytest.approx(D.START[D.WORKLOAD])
+    assert D.parse_at(["tool_median_s=0.3"], load_hardware("l4")) == {"tool_median_s": 0.3}
+    assert T.TOOL_MEDIAN_BOUNDS == D.BOUNDS[D.WORKLOAD] == (0.1, 0.8)     # the published MCP medians
+
+
+def test_every_grid_of_the_studys_workload_carries_the_tool_delays_the_fit_inferred():
+    want = T.study_tools(T.fitted_tool_median())["mcp"]
+    assert want["p95_s"] == pytest.approx(T.TOOL_P95_RATIO * want["median_s"], abs=1e-4)
+    study = 0
+    for f in sorted((ROOT / "scenarios").glob("*/*.yaml")):      # grids and example scenarios
+        doc = yaml.safe_load(f.read_text())
+        base = doc.get("base", doc)          # a grid's base, or a scenario itself
+        if base.get("topology", {}).get("tool") == "mcp" and base.get("prompts", {}).get("length") == 4096:
+            study += 1
+            assert base.get("tools", {}).get("mcp") == want, f.name
+    assert study >= 11
