@@ -65,8 +65,11 @@ def split(coef: dict[str, float]) -> tuple[dict[str, float], float]:
 
 
 def coefficients(x: np.ndarray) -> dict[str, float]:
-    """Log-space vector → coefficients, clipped to their bounds."""
-    return {k: float(np.clip(math.exp(v), *BOUNDS[k])) for k, v in zip(NAMES, x, strict=True)}
+    """Log-space vector → coefficients, clipped to their bounds and rounded as the profile writes them (six
+    decimals; the tool median four): near a knee the simulation moves with the seventh digit, so every point
+    the fit evaluates, and its leave-one-out Jacobian, is a profile that can be written and read back."""
+    out = {k: float(np.clip(math.exp(v), *BOUNDS[k])) for k, v in zip(NAMES, x, strict=True)}
+    return {k: round(v, 4 if k == WORKLOAD else 6) for k, v in out.items()}
 
 
 def log_errors(got: dict[str, float]) -> np.ndarray:
