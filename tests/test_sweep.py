@@ -32,9 +32,12 @@ GRID = {
 }
 
 
-def grid_file(tmp_path: Path) -> Path:
+def grid_file(tmp_path: Path, duration_s: float | None = None) -> Path:
+    """The tiny grid; ``duration_s`` lengthens its runs where a test must catch the sweep in the middle (a trace's
+    cells run as one task, so 60-s runs can all finish between two polls)."""
+    grid = GRID if duration_s is None else {**GRID, "base": {**GRID["base"], "duration_s": duration_s}}
     f = tmp_path / "g.yaml"
-    f.write_text(yaml.safe_dump(GRID))
+    f.write_text(yaml.safe_dump(grid))
     return f
 
 
@@ -48,7 +51,7 @@ def test_all_study_grids_load():
 
 
 def test_sweep_resumes_after_kill(tmp_path: Path):
-    g = grid_file(tmp_path)
+    g = grid_file(tmp_path, duration_s=600)
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "servetwin.cli", "sweep", str(g), "--out", str(out), "--jobs", "1"],
                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -121,7 +124,7 @@ def test_ray_executor_matches_local(tmp_path: Path):
 
 def test_ctrl_c_stops_a_parallel_sweep_within_seconds_keeping_completed_cells(tmp_path: Path):
     import signal
-    g = grid_file(tmp_path)
+    g = grid_file(tmp_path, duration_s=600)
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "servetwin.cli", "sweep", str(g), "--out", str(out), "--jobs", "2"],
                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
