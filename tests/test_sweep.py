@@ -126,8 +126,11 @@ def test_ctrl_c_stops_a_parallel_sweep_within_seconds_keeping_completed_cells(tm
     import signal
     g = grid_file(tmp_path, duration_s=600)
     out = tmp_path / "out"
+    # as from a terminal: a suite started in the background by a shell hands its children SIGINT ignored, which
+    # Python keeps (the sweep would then finish instead of stopping)
     p = subprocess.Popen([sys.executable, "-m", "servetwin.cli", "sweep", str(g), "--out", str(out), "--jobs", "2"],
-                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while len(find_runs([out]) if out.exists() else []) < 2 and time.time() < deadline:
         time.sleep(0.05)
