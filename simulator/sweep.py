@@ -69,10 +69,16 @@ def trace_groups(cells: list[Cell]) -> list[list[Cell]]:
     return sorted(groups.values(), key=lambda g: -sum(map(_weight, g)))
 
 
-def run_group(cells: list[Cell], out: str) -> list[str]:
-    """Run cells that share one trace, compiling or reading it once; returns their keys in order."""
+def run_group(cells: list[Cell], out: str, on_done: Callable[[str], None] | None = None) -> list[str]:
+    """Run cells that share one trace, compiling or reading it once; returns their keys in order (``on_done``
+    hears each key as its cell is written)."""
     trace = _trace_of(cells[0])
-    return [run_cell(c, out, trace) for c in cells]
+    keys: list[str] = []
+    for c in cells:
+        keys.append(run_cell(c, out, trace))
+        if on_done:
+            on_done(keys[-1])
+    return keys
 
 
 def cluster_spec(cell: Cell) -> ClusterSpec:
@@ -82,18 +88,11 @@ def cluster_spec(cell: Cell) -> ClusterSpec:
 
 def _expected(cell: Cell, digests: dict[str, str]) -> dict[str, Any]:
     cfg = resolve(cell.engine, load_hardware(cell.hardware), load_model(cell.model), cell.context, cell.overrides)
-    if cell.trace:
-        key = f"trace:{cell.trace}"
-        if key not in digests:
-            digests[key] = read_trace(cell.trace).digest
-        return {"trace_digest": digests[key], "engine_config": cfg.model_dump(mode="json"),
-                "duration_s": float(cell.scenario["duration_s"])}
-    sc = cell.scenario_model()
-    key = sc.model_dump_json()
+    key = _trace_key(cell)
     if key not in digests:
-        digests[key] = compile_trace(sc).digest
-    return {"trace_digest": digests[key], "engine_config": cfg.model_dump(mode="json"),
-            "duration_s": float(sc.duration_s)}
+        digests[key] = _trace_of(cell).digest
+    duration = cell.scenario["duration_s"] if cell.trace else cell.scenario_model().duration_s
+    return {"trace_digest": digests[key], "engine_config": cfg.model_dump(mode="json"), "duration_s": float(duration)}
 
 
 def is_complete(cell: Cell, out: str | Path, digests: dict[str, str] | None = None) -> bool:
@@ -145,12 +144,12 @@ def run_cells(cells: list[Cell], out: str | Path, executor: str = "local", jobs:
     jobs = jobs or os.cpu_count() or 1
     done: list[str] = []
     if jobs == 1 or len(todo) <= 1:
+        def written(key: str) -> None:
+            done.append(key)
+            if progress:
+                progress(len(done), len(todo))
         for g in trace_groups(todo):
-            trace = _trace_of(g[0])
-            for c in g:
-                done.append(run_cell(c, str(out), trace))
-                if progress:
-                    progress(len(done), len(todo))
+            run_group(g, str(out), written)
         return done
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
     futs = [pool.submit(run_group, g, str(out)) for g in trace_groups(todo)]
