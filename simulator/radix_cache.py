@@ -26,14 +26,15 @@ from simulator.trees import descendants
 
 
 class Node:
-    __slots__ = ("children", "parent", "key", "lock_ref", "touched")
+    __slots__ = ("children", "parent", "key", "lock_ref", "touched", "stamp")
 
-    def __init__(self, key: np.ndarray, parent: Node | None, touched: int):
+    def __init__(self, key: np.ndarray, parent: Node | None, touched: int, stamp: int = 0):
         self.children: dict[int, Node] = {}
         self.parent = parent
         self.key = key
         self.lock_ref = 0
         self.touched = touched             # the access counter at its last access (larger: more recent)
+        self.stamp = stamp                 # the tree's version when this node was made, split, given a child or removed
 
     @property
     def is_leaf(self) -> bool:
@@ -49,6 +50,9 @@ class RadixCache:
         self._clock = 0
         self._leaves: dict[Node, None] = {}     # every leaf but the root, locked or not
         self.version = 0                         # bumped whenever a node is made, split or removed
+        # A match that made no node depends only on the nodes it walked: their keys, and the children of the last
+        # one. A node's ``stamp`` moves whenever either could change (split, a new child, removal), so a match is
+        # still valid while every node on its path keeps its stamp (``path_unchanged``).
 
     def _tick(self) -> int:
         self._clock += 1
@@ -63,7 +67,8 @@ class RadixCache:
         """Split node's key at position ``at``; returns the new upper node."""
         assert node.parent is not None
         self.version += 1
-        upper = Node(node.key[:at], node.parent, self._tick())
+        upper = Node(node.key[:at], node.parent, self._tick(), self.version)
+        node.stamp = self.version
         upper.lock_ref = node.lock_ref
         upper.children[int(node.key[at])] = node
         node.parent.children[int(node.key[0])] = upper
@@ -115,6 +120,14 @@ class RadixCache:
             self._clock += 1
             nd.touched = self._clock
 
+    @staticmethod
+    def path_unchanged(path: list[Node], stamps: list[int]) -> bool:
+        """Whether a match that walked ``path`` (stamps as they were) would walk it again with the same result."""
+        for nd, st in zip(path, stamps, strict=True):
+            if nd.stamp != st:
+                return False
+        return True
+
     def insert(self, key: np.ndarray, now: float) -> int:
         """Insert key; returns how many leading tokens were already present."""
         node, n = self.root, 0
@@ -131,7 +144,8 @@ class RadixCache:
             node = child
         if n < len(key):
             self.version += 1
-            leaf = Node(np.array(key[n:], dtype=np.int32), node, self._tick())
+            leaf = Node(np.array(key[n:], dtype=np.int32), node, self._tick(), self.version)
+            node.stamp = self.version
             if not node.children:
                 self._leaves.pop(node, None)
             node.children[int(key[n])] = leaf
@@ -184,6 +198,7 @@ class RadixCache:
             parent = nd.parent
             assert parent is not None
             self.version += 1
+            nd.stamp = self.version
             del parent.children[int(nd.key[0])]
             del self._leaves[nd]
             freed += len(nd.key)

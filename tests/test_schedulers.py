@@ -396,6 +396,44 @@ def test_sglang_admission_reserves_what_0_4_1_reserves():
     assert st.kind == "prefill" and [r for r, _ in st.items] == [b]
 
 
+def _admission_after_a_finish(overlap: bool) -> tuple[int, int, bool]:
+    """a runs; b and c arrive together, b is admitted and c meets NO_TOKEN. Returns the step a's last token was
+    made in, the step c's prefill runs in, and whether the budget had room for c right after b's prefill."""
+    s = SglangScheduler(config("sglang-0.4.1", max_total_tokens=2000, chunked_prefill_size=4096,
+                               disable_overlap_schedule=not overlap))
+    a, b, c = request(0, 300, max_tokens=40), request(1, 600, max_tokens=500), request(2, 500, max_tokens=100)
+    s.add(a, 0)
+    finished_at = admitted_at = -1
+    room_after_b = False
+    for t in range(80):
+        if t == 5:
+            s.add(b, t)
+            s.add(c, t)
+        st = s.schedule(t, t)
+        if st.kind == "prefill" and c in [r for r, _ in st.items]:
+            admitted_at = t
+            break
+        s.complete(st, t + 1, t)
+        if b in s.running and not room_after_b and not s.being_chunked:
+            left = s.available + s.tree.evictable_size - s._reserved_for_running()
+            room_after_b = c.fill_len + c.max_tokens < left
+        if a.is_finished and finished_at < 0:
+            finished_at = t
+    return finished_at, admitted_at, room_after_b
+
+
+def test_sglang_a_full_batch_waits_for_the_filter_to_see_a_finish():
+    """0.4.1 ``get_next_batch_to_run``: after a NO_TOKEN, ``batch_is_full`` is reset only when a chunked request
+    leaves the prefill batch, or when ``update_running_batch``'s ``filter_batch`` sees the running batch shrink —
+    not after every prefill, although the admitted requests' reservation shrinks to ``new_token_ratio``× once they
+    run. The filter sees a finish at the next decode; with overlap one decode later (the finished request rides
+    one more step before its result is processed)."""
+    done, admitted, room = _admission_after_a_finish(overlap=False)
+    assert room and done > 6 and admitted == done + 2
+    done, admitted, room = _admission_after_a_finish(overlap=True)
+    assert room and admitted == done + 3
+
+
 def test_schedulers_come_from_the_registry_by_engine_family():
     from types import SimpleNamespace
 

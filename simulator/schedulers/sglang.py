@@ -61,6 +61,10 @@ class SglangScheduler(SchedulerBase):
         self.private = 0
         self.being_chunked: Request | None = None
         self.batch_is_full = False
+        # 0.4.1 resets batch_is_full when update_running_batch's filter_batch sees the running batch shrink, i.e.
+        # at the decode after a finish is processed (two decodes on with overlap: one more runs with the finished
+        # request before its result is processed); each entry counts the decodes left until that filter
+        self.unfull_in: list[int] = []
         self.init_ratio = min(0.7 * cfg.schedule_conservativeness, 1.0)
         self.min_ratio = min(self.init_ratio * cfg.new_token_ratio_min_factor, 1.0)
         self.decay = (self.init_ratio - self.min_ratio) / cfg.new_token_ratio_decay_steps
@@ -68,6 +72,7 @@ class SglangScheduler(SchedulerBase):
         self.overlap = not cfg.disable_overlap_schedule
         self.inline = self.overlap and cfg.forward_stream == "inline"
         self.finishing_decode_slot = self.overlap and cfg.version.startswith("0.4")
+        self.filter_delay = (2 if self.overlap else 1) if cfg.version.startswith("0.4") else 0
         self.unsent: list[Request] = []       # inline: emitted their token in the last step, not yet streamed
         self.unreported: list[Request] = []   # inline: finished in the last step, not yet reported
         self.lame_ducks: list[Request] = []     # finished last step, released after this one
@@ -77,7 +82,8 @@ class SglangScheduler(SchedulerBase):
         chunk = cfg.chunked_prefill_size
         self.chunk = None if chunk is None or chunk <= 0 else chunk
         self.order = get_ordering(cfg.schedule_policy)
-        self._dedup_last: tuple[list[Request], set[int]] = ([], set())   # _in_batch_dedup's last requests, answer
+        # _in_batch_dedup's last requests, answer and scratch tree
+        self._dedup_last: tuple[list[Request], set[int], RadixCache] = ([], set(), RadixCache())
         self.choose_victim = get_victim(cfg.preemption_victim)
         self.max_req_len = min(cfg.context_length - 1, self.total - 1)
 
@@ -115,19 +121,21 @@ class SglangScheduler(SchedulerBase):
     def _match(self, r: Request, now: float) -> tuple[int, Node]:
         if self.cfg.disable_radix_cache:
             return 0, self.tree.root
-        # a waiting request is matched at every prefill decision: on a tree no node was made, split or removed in
-        # since its last match, the match is the same and only its touches are repeated
+        # a waiting request is matched at every prefill decision: while no node on its last match's path was split,
+        # given a child or removed since (RadixCache.path_unchanged), the match is the same and only its touches are
+        # repeated
         memo = r.match_memo
         tree = self.tree
         if memo is None or memo[0] != r.fill_len:
-            memo = r.match_memo = [r.fill_len, {}, -1, None, None]
-        elif memo[2] == tree.version:
+            memo = r.match_memo = [r.fill_len, {}, -1, None, None, None]
+        elif memo[2] == tree.version or (memo[4] is not None and tree.path_unchanged(memo[4], memo[5])):
+            memo[2] = tree.version
             tree.touch(memo[4])
             return memo[3]
         version, path = tree.version, list[Node]()
         got = tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1, memo[1], path)
         if tree.version == version:
-            memo[2:] = [version, got, path]
+            memo[2:] = [version, got, path, [nd.stamp for nd in path]]
         return got
 
     def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
@@ -182,22 +190,26 @@ class SglangScheduler(SchedulerBase):
     def _in_batch_dedup(self, waiting: list[Request], matched: dict[int, int], now: float) -> set[int]:
         """The waiting requests whose prefix another, earlier one shares (SGLang builds a scratch radix tree of
         the uncached ones each time): a function of those requests in order alone, so the last answer stands
-        while they are the same requests in the same order (a waiting request's tokens do not change)."""
+        while they are the same requests in the same order (a waiting request's tokens do not change), and where
+        the last requests lead the new ones the last scratch tree goes on with the rest."""
         th = self.cfg.in_batch_prefix_threshold
         cand = [r for r in waiting if matched[id(r)] <= th]
-        last, answer = self._dedup_last
-        if len(cand) == len(last) and all(a is b for a, b in zip(cand, last, strict=True)):
-            return answer
-        scratch = RadixCache()
-        out: set[int] = set()
-        for r in cand:
+        last, answer, scratch = self._dedup_last
+        n = len(last)
+        if n <= len(cand) and all(a is b for a, b in zip(cand, last, strict=False)):
+            if n == len(cand):
+                return answer
+            out = set(answer)
+        else:
+            n, scratch, out = 0, RadixCache(), set()
+        for r in cand[n:]:
             key = r.tokens(r.fill_len)
             m, _ = scratch.match_prefix(key, now)
             if m >= th:
                 out.add(id(r))
             else:
                 scratch.insert(key, now)
-        self._dedup_last = (cand, out)
+        self._dedup_last = (cand, out, scratch)
         return out
 
     # --- prefill batch ---------------------------------------------------------------------------
@@ -302,6 +314,11 @@ class SglangScheduler(SchedulerBase):
         self.batch_is_full = False
 
     def _decode(self, now: float, shape: BatchShape) -> list[tuple[Request, int]]:
+        if self.unfull_in:                  # update_running_batch: the filter sees a processed finish
+            self.unfull_in = [n - 1 for n in self.unfull_in]
+            if 0 in self.unfull_in:
+                self.batch_is_full = False
+                self.unfull_in = [n for n in self.unfull_in if n]
         bs = len(self.running)
         if self.available < bs:
             self.available += self.tree.evict(bs - self.available)
@@ -393,11 +410,15 @@ class SglangScheduler(SchedulerBase):
                     else:
                         self._cache_req(r, st.kv_len, now, finished=False)
                     self.running.append(r)
-            self.batch_is_full = False
+            if self.being_chunked is not None:
+                self.batch_is_full = False
         if done:
             fin = {id(r) for r in done}
             self.running = [r for r in self.running if id(r) not in fin]
-            self.batch_is_full = False
+            if self.filter_delay:
+                self.unfull_in.append(self.filter_delay)
+            else:
+                self.batch_is_full = False
             if self.overlap:
                 self.lame_ducks = done
             else:
@@ -415,7 +436,7 @@ class SglangScheduler(SchedulerBase):
         step by step there."""
         run = self.running
         bs = len(run)
-        if (not bs or self.inline or self.inbox or self.being_chunked is not None or self.lame_ducks
+        if (not bs or self.inline or self.inbox or self.being_chunked is not None or self.lame_ducks or self.unfull_in
                 or self.unprocessed or (self.waiting and not self.batch_is_full)
                 or any(r.in_prefill for r in run)):
             return None
