@@ -123,10 +123,7 @@ class RadixCache:
     @staticmethod
     def path_unchanged(path: list[Node], stamps: list[int]) -> bool:
         """Whether a match that walked ``path`` (stamps as they were) would walk it again with the same result."""
-        for nd, st in zip(path, stamps, strict=True):
-            if nd.stamp != st:
-                return False
-        return True
+        return all(nd.stamp == st for nd, st in zip(path, stamps, strict=True))
 
     def insert(self, key: np.ndarray, now: float) -> int:
         """Insert key; returns how many leading tokens were already present."""
