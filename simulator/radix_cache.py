@@ -34,7 +34,7 @@ class Node:
         self.key = key
         self.lock_ref = 0
         self.touched = touched             # the access counter at its last access (larger: more recent)
-        self.stamp = stamp                 # the tree's version when this node was made, split, given a child or removed
+        self.stamp = stamp                 # the tree's version when this node was made, split or removed
 
     @property
     def is_leaf(self) -> bool:
@@ -50,9 +50,9 @@ class RadixCache:
         self._clock = 0
         self._leaves: dict[Node, None] = {}     # every leaf but the root, locked or not
         self.version = 0                         # bumped whenever a node is made, split or removed
-        # A match that made no node depends only on the nodes it walked: their keys, and the children of the last
-        # one. A node's ``stamp`` moves whenever either could change (split, a new child, removal), so a match is
-        # still valid while every node on its path keeps its stamp (``path_unchanged``).
+        # A match that made no node depends only on the nodes it walked (their keys and links: a node's ``stamp``
+        # moves when it is split or removed) and on the last one having no child for the key's next token, so it
+        # holds while both do (``path_unchanged``).
 
     def _tick(self) -> int:
         self._clock += 1
@@ -121,9 +121,11 @@ class RadixCache:
             nd.touched = self._clock
 
     @staticmethod
-    def path_unchanged(path: list[Node], stamps: list[int]) -> bool:
-        """Whether a match that walked ``path`` (stamps as they were) would walk it again with the same result."""
-        return all(nd.stamp == st for nd, st in zip(path, stamps, strict=True))
+    def path_unchanged(path: list[Node], stamps: list[int], next_token: int | None) -> bool:
+        """Whether a match that walked ``path`` (stamps as they were) and stopped before ``next_token`` (None: the
+        key ended) would walk it again with the same result."""
+        return ((next_token is None or next_token not in path[-1].children)
+                and all(nd.stamp == st for nd, st in zip(path, stamps, strict=True)))
 
     def insert(self, key: np.ndarray, now: float) -> int:
         """Insert key; returns how many leading tokens were already present."""
@@ -142,7 +144,6 @@ class RadixCache:
         if n < len(key):
             self.version += 1
             leaf = Node(np.array(key[n:], dtype=np.int32), node, self._tick(), self.version)
-            node.stamp = self.version
             if not node.children:
                 self._leaves.pop(node, None)
             node.children[int(key[n])] = leaf

@@ -224,3 +224,29 @@ def test_block_evictor_takes_blocks_in_the_reference_order(variant, data):
             live.append(r)
         assert set(c.cached) == set(ref.cached)
         c.check_integrity(live)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["insert", "match", "evict"]),
+                          st.lists(st.integers(0, 1), min_size=1, max_size=6)), min_size=1, max_size=40))
+def test_radix_match_holds_while_its_path_is_unchanged(ops):
+    """A remembered match (path, stamps, next token) is reused only when a fresh match walks the same path to the
+    same length: what sglang's waiting requests rely on between prefill decisions."""
+    tree = RadixCache()
+    memos: list[tuple[np.ndarray, int, list, list[int], int | None]] = []
+    for t, (op, toks) in enumerate(ops):
+        key = np.asarray(toks, dtype=np.int32)
+        if op == "insert":
+            tree.insert(key, t)
+        elif op == "evict":
+            tree.evict(len(toks))
+        else:
+            v, path = tree.version, []
+            n, _ = tree.match_prefix(key, t, None, None, path)
+            if tree.version == v:
+                memos.append((key, n, path, [nd.stamp for nd in path], int(key[n]) if n < len(key) else None))
+        for k, n, path, stamps, nxt in memos:
+            if tree.path_unchanged(path, stamps, nxt):
+                v, again = tree.version, []
+                m, node = tree.match_prefix(k, t, None, None, again)
+                assert tree.version == v and m == n and again == path and node is path[-1]

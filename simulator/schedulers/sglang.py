@@ -121,21 +121,23 @@ class SglangScheduler(SchedulerBase):
     def _match(self, r: Request, now: float) -> tuple[int, Node]:
         if self.cfg.disable_radix_cache:
             return 0, self.tree.root
-        # a waiting request is matched at every prefill decision: while no node on its last match's path was split,
-        # given a child or removed since (RadixCache.path_unchanged), the match is the same and only its touches are
-        # repeated
+        # a waiting request is matched at every prefill decision: while no node on its last match's path was split
+        # or removed since, and the last still has no child for the next token (RadixCache.path_unchanged), the
+        # match is the same and only its touches are repeated
         memo = r.match_memo
         tree = self.tree
         if memo is None or memo[0] != r.fill_len:
-            memo = r.match_memo = [r.fill_len, {}, -1, None, None, None]
-        elif memo[2] == tree.version or (memo[4] is not None and tree.path_unchanged(memo[4], memo[5])):
+            memo = r.match_memo = [r.fill_len, {}, -1, None, None, None, None]
+        elif memo[2] == tree.version or (memo[4] is not None and tree.path_unchanged(memo[4], memo[5], memo[6])):
             memo[2] = tree.version
             tree.touch(memo[4])
             return memo[3]
         version, path = tree.version, list[Node]()
-        got = tree.match_prefix(r.tokens(r.fill_len), now, r.fill_len - 1, memo[1], path)
+        key = r.tokens(r.fill_len)
+        got = tree.match_prefix(key, now, r.fill_len - 1, memo[1], path)
         if tree.version == version:
-            memo[2:] = [version, got, path, [nd.stamp for nd in path]]
+            memo[2:] = [version, got, path, [nd.stamp for nd in path],
+                        int(key[got[0]]) if got[0] < r.fill_len - 1 else None]
         return got
 
     def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
