@@ -10,12 +10,14 @@ keeps pace when X ≥ 0.97 × realised load; KV-cache peak and mean; preemptions
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.records import RunRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KEEPS_PACE = 0.97
 
@@ -38,6 +40,7 @@ def measured(rec: RunRecord) -> pd.DataFrame:
 
 
 def itl(rec: RunRecord) -> pd.Series:
+    import pandas as pd
     if rec.chunks is None or rec.chunks.empty:
         return pd.Series(dtype=float)
     c = rec.chunks.sort_values(["request_id", "t_s"])
@@ -52,28 +55,40 @@ def skewness(x: np.ndarray) -> float:
     return float(np.mean(d ** 3)) / m2 ** 1.5 if m2 > 0 else float("nan")
 
 
-def _q(s: pd.Series, q: float) -> float:
-    s = s.dropna()
-    return float(s.quantile(q)) if len(s) else float("nan")
+def _q(s: np.ndarray, q: float) -> float:
+    """Quantile over the values that are not NaN (linear interpolation, as pandas' and NumPy's default)."""
+    v = np.asarray(s, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float(np.percentile(v, q * 100)) if len(v) else float("nan")
 
 
 def run_metrics(rec: RunRecord) -> dict[str, Any]:
-    m = measured(rec)
-    ok = m[m["ok"]]
+    """A run's metrics from its request columns (``RunRecord.column``: no DataFrame is built)."""
+    k = int(rec.meta.get("exclusion", {}).get("exclude_first_dags", 1))
+    keep = rec.column("dag_id") >= k                                 # ``measured``: first DAG(s) dropped
+    col = {c: rec.column(c)[keep] for c in ("send_s", "first_token_s", "last_token_s", "planned_s",
+                                            "output_tokens", "role", "ok")}
+    good = col["ok"].astype(bool)
+    ok = {c: v[good] for c, v in col.items()}
+    n, n_ok = int(keep.sum()), int(good.sum())
     T = float(rec.meta["run_window"]["duration_s"])
     done_in_T = int((ok["last_token_s"] <= T).sum())
-    offered = int((m["planned_s"] < T).sum())
+    offered = int((col["planned_s"] < T).sum())
     x = done_in_T / T
     realised = offered / T
     nominal = float(rec.meta["offered_load_rps"])
-    ttft = ok["ttft_s"]
-    ln = np.log(ttft[ttft > 0])
+    ttft = ok["first_token_s"] - ok["send_s"]
+    n_out = ok["output_tokens"].astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n_out >= 2, (ok["last_token_s"] - ok["first_token_s"]) / (n_out - 1), np.nan)
+        ln = np.log(ttft[ttft > 0])
     tel = rec.meta.get("telemetry_summary", {})
     out: dict[str, Any] = {
         "run_id": rec.run_id, "engine": rec.meta["engine"], "seed": rec.meta["seed"],
-        "n": len(m), "n_ok": len(ok), "success": len(ok) / len(m) if len(m) else float("nan"),
-        "ttft_p50": _q(ttft, 0.5), "ttft_p95": _q(ttft, 0.95), "tpot_p50": _q(ok["tpot_s"], 0.5),
-        "e2e_p50": _q(ok["e2e_s"], 0.5), "throughput": x, "offered_load": nominal, "realised_load": realised,
+        "n": n, "n_ok": n_ok, "success": n_ok / n if n else float("nan"),
+        "ttft_p50": _q(ttft, 0.5), "ttft_p95": _q(ttft, 0.95), "tpot_p50": _q(tpot, 0.5),
+        "e2e_p50": _q(ok["last_token_s"] - ok["send_s"], 0.5), "throughput": x, "offered_load": nominal,
+        "realised_load": realised,
         "pace": x / nominal if nominal > 0 else float("nan"),
         "pace_realised": x / realised if realised else float("nan"),
         "keeps_pace": bool(nominal > 0 and x >= KEEPS_PACE * nominal),
@@ -82,9 +97,10 @@ def run_metrics(rec: RunRecord) -> dict[str, Any]:
         "preemptions": int(tel.get("preemptions", 0)),
         "prefix_hit_fraction": float(tel.get("prefix_hit_fraction", np.nan)),
         "tail_ratio": _q(ttft, 0.95) / _q(ttft, 0.5) if len(ttft) else float("nan"),
-        "ln_ttft_skew": skewness(ln.to_numpy()) if len(ln) > 2 else float("nan"),
-        "dispatch_lag_p50": _q(m["dispatch_lag_s"], 0.5), "duration_s": T,
+        "ln_ttft_skew": skewness(ln) if len(ln) > 2 else float("nan"),
+        "dispatch_lag_p50": _q(col["send_s"] - col["planned_s"], 0.5), "duration_s": T,
     }
-    for role, g in ok.groupby("role"):
-        out[f"ttft_p50_{role}"] = _q(g["ttft_s"], 0.5)
+    roles = ok["role"].astype(str)
+    for role in sorted(set(roles)):
+        out[f"ttft_p50_{role}"] = _q(ttft[roles == role], 0.5)
     return out

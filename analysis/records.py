@@ -11,18 +11,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 from pydantic import ValidationError
 
 from analysis.redact import redact
 from analysis.run_meta import RunMeta
 from foundation.errors import ServetwinError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 3          # 2: sealed (digests of every file, of the resolved configuration and of run.json);
 READABLE_VERSIONS = (2, 3)  # 3: run.json typed and documented (analysis.run_meta.RunMeta), ``calibration`` added
@@ -74,15 +74,60 @@ class RecordError(ServetwinError):
     exit_code = 2
 
 
-@dataclass
-class RunRecord:
-    """A run in memory: ``meta`` is run.json, the rest are DataFrames."""
+Columns = dict[str, np.ndarray]      # a table as equal-length NumPy arrays, by column name
 
-    meta: dict[str, Any]
-    requests: pd.DataFrame
-    telemetry: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(TELEMETRY_COLUMNS)))
-    chunks: pd.DataFrame | None = None
-    path: Path | None = None
+
+class RunRecord:
+    """A run in memory: ``meta`` is run.json; ``requests``, ``telemetry`` and ``chunks`` are DataFrames. A table
+    given as ``Columns`` (the simulator's) stays so until it is asked for as a DataFrame: simulating a run, writing
+    it and summarising it (``column``) never import pandas."""
+
+    def __init__(self, meta: dict[str, Any], requests: pd.DataFrame | Columns,
+                 telemetry: pd.DataFrame | Columns | None = None, chunks: pd.DataFrame | Columns | None = None,
+                 path: Path | None = None):
+        self.meta = meta
+        self.path = path
+        self._tables: dict[str, Any] = {"requests": requests, "telemetry": telemetry, "chunks": chunks}
+
+    def _frame(self, name: str) -> Any:
+        t = self._tables[name]
+        if isinstance(t, dict) or (t is None and name == "telemetry"):
+            import pandas as pd
+            t = pd.DataFrame(t) if t is not None else pd.DataFrame(columns=list(TELEMETRY_COLUMNS))
+            self._tables[name] = t
+        return t
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        return self._frame("requests")
+
+    @requests.setter
+    def requests(self, df: pd.DataFrame) -> None:
+        self._tables["requests"] = df
+
+    @property
+    def telemetry(self) -> pd.DataFrame:
+        return self._frame("telemetry")
+
+    @telemetry.setter
+    def telemetry(self, df: pd.DataFrame) -> None:
+        self._tables["telemetry"] = df
+
+    @property
+    def chunks(self) -> pd.DataFrame | None:
+        return self._frame("chunks")
+
+    @chunks.setter
+    def chunks(self, df: pd.DataFrame | None) -> None:
+        self._tables["chunks"] = df
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of the requests table as an array, without building a DataFrame."""
+        t = self._tables["requests"]
+        return np.asarray(t[name]) if isinstance(t, dict) else t[name].to_numpy()
+
+    def __repr__(self) -> str:
+        return f"RunRecord(run_id={self.meta.get('run_id')!r}, path={self.path!r})"
 
     @property
     def run_id(self) -> str:
@@ -130,10 +175,8 @@ def write_run(rec: RunRecord, out: str | Path, extra: dict[str, bytes] | None = 
         raise RecordError(f"run metadata lacks {missing}")
     meta = redact({k: v for k, v in rec.meta.items() if k != "digests"})
     with staged_dir(out, "run", inputs) as tmp:
-        _coerce_requests(rec.requests).to_parquet(tmp / "requests.parquet", index=False)
-        rec.telemetry.reset_index(drop=True).to_parquet(tmp / "telemetry.parquet", index=False)
-        if rec.chunks is not None:
-            rec.chunks.reset_index(drop=True).to_parquet(tmp / "chunks.parquet", index=False)
+        for name in ("requests", "telemetry", "chunks"):
+            _write_table(rec, name, tmp / f"{name}.parquet")
         for name, data in (extra or {}).items():
             (tmp / name).write_bytes(data)
         meta = {"schema_version": SCHEMA_VERSION, **json.loads(json.dumps(meta, default=_json_default))}
@@ -144,6 +187,49 @@ def write_run(rec: RunRecord, out: str | Path, extra: dict[str, bytes] | None = 
     rec.meta = meta
     rec.path = out
     return out
+
+
+def _write_table(rec: RunRecord, name: str, path: Path) -> None:
+    """A table of the record as Parquet: a DataFrame through pandas, columns straight through pyarrow (in
+    ``REQUEST_COLUMNS``' order and types for requests; strings as UTF-8, no pandas metadata)."""
+    t = rec._tables[name]
+    if t is None and name == "chunks":
+        return
+    if not isinstance(t, dict):
+        df = rec._frame(name)
+        (_coerce_requests(df) if name == "requests" else df.reset_index(drop=True)).to_parquet(path, index=False)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    if name == "requests":
+        missing = [c for c in REQUEST_COLUMNS if c not in t]
+        if missing:
+            raise RecordError(f"requests table lacks columns {missing}; needs {list(REQUEST_COLUMNS)}")
+        names = [*REQUEST_COLUMNS, *(c for c in OPTIONAL_REQUEST_COLUMNS if c in t)]
+        dtypes = {**REQUEST_COLUMNS, **OPTIONAL_REQUEST_COLUMNS}
+        cols = {c: np.asarray(t[c]).astype(dtypes[c]) for c in names}
+        cols["error"] = np.array(["" if e is None else str(e) for e in cols["error"]], dtype=object)
+        cols["role"] = np.array([str(x) for x in cols["role"]], dtype=object)
+    else:
+        cols = {c: np.asarray(v) for c, v in t.items()}
+    pq.write_table(pa.Table.from_arrays([_arrow(v) for v in cols.values()], names=list(cols)), path)
+
+
+def _arrow(v: np.ndarray) -> Any:
+    """A NumPy column as an Arrow array, from its buffers (pyarrow's converters would import pandas):
+    int64, float64 (NaN kept), bool (bit-packed) or str (UTF-8 with 32-bit offsets)."""
+    import pyarrow as pa
+    n = len(v)
+    if v.dtype == object:
+        data = [str(x).encode() for x in v]
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        if n:
+            np.cumsum([len(b) for b in data], out=offsets[1:])
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    if v.dtype == np.bool_:
+        return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
+    kind = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64()}[v.dtype]
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(np.ascontiguousarray(v))])
 
 
 def _file_sha(path: Path) -> str:
@@ -175,6 +261,8 @@ def _json_default(o: Any) -> Any:
 
 def read_run(path: str | Path) -> RunRecord:
     """Read a run directory, verifying its digests: a record that was edited or damaged is refused."""
+    import pandas as pd
+    import pyarrow as pa
     p = Path(path)
     meta = _read_meta(p)
     _verify(p, meta)
@@ -272,6 +360,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 
 def load_runs(paths: list[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """All requests (with a run_id column) and one row of metadata per run."""
+    import pandas as pd
     runs = [read_run(p) for p in find_runs(paths)]
     if not runs:
         raise RecordError(f"no run directories under {[str(p) for p in paths]}")

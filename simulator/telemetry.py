@@ -6,9 +6,16 @@ sample per ``interval_s`` of simulated time, like a Prometheus scrape.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from analysis.records import TELEMETRY_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_TYPES = (np.float64, np.float64, np.int64, np.int64, np.int64, np.int64, np.int64)   # TELEMETRY_COLUMNS'
 
 
 class Telemetry:
@@ -42,8 +49,13 @@ class Telemetry:
         for t, kv in zip(times, kvs, strict=True):
             self.sample(t, kv, waiting, running, preemptions, hits, queries)
 
+    def columns(self) -> dict[str, np.ndarray]:
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(TELEMETRY_COLUMNS)
+        return {name: np.array(col, dtype=t) for name, t, col in zip(TELEMETRY_COLUMNS, _TYPES, cols, strict=True)}
+
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=list(TELEMETRY_COLUMNS))
+        import pandas as pd
+        return pd.DataFrame(self.columns())
 
     def summary(self, preemptions: int, hits: int, queries: int) -> dict[str, float]:
         return {"kv_usage_peak": self.peak_kv,

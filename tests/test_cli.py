@@ -80,6 +80,30 @@ def test_simulate_analyze_engines_cost(tmp_path: Path):
     assert r.returncode == 0 and "compute" in r.stdout and "overhead" in r.stdout
 
 
+def test_simulate_writes_and_summarises_a_run_without_pandas_or_scipy(tmp_path: Path):
+    """The simulate path keeps its tables as columns and writes them through pyarrow's buffers, so the command
+    starts and finishes without importing pandas or scipy (issue: start-up); its record reads back as any other."""
+    scen = tmp_path / "s.yaml"
+    scen.write_text("duration_s: 40\narrivals: {rate: 0.5}\nprompts: {length: 512, sharing: 0.5}\n")
+    assert cli("trace", "compile", "--scenario", str(scen), "--out", str(tmp_path / "t")).returncode == 0
+    code = ("import sys\nfrom servetwin.cli import main\n"
+            f"rc = main(['simulate', '--trace', {str(tmp_path / 't')!r}, '--engine', 'sglang-0.4.1', "
+            f"'--out', {str(tmp_path / 'r')!r}])\n"
+            "print(rc, sorted(m for m in ('pandas', 'scipy') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] in ("0 []", "1 []"), r.stdout
+    from analysis.metrics import run_metrics
+    from analysis.records import read_run
+    from analysis.records import _coerce_requests
+    from scenarios.trace import read_trace
+    from simulator import simulate
+    back = read_run(tmp_path / "r")
+    again = simulate(read_trace(tmp_path / "t"), "sglang-0.4.1")
+    assert back.requests.equals(_coerce_requests(again.requests))
+    assert json.dumps(run_metrics(back), sort_keys=True) == json.dumps(run_metrics(again), sort_keys=True)
+
+
 def test_cost_of_a_cached_prefill_on_a_whole_sequence_backend():
     """SGLang's torch_native backend attends a 205-token chunk on a 1,843-token cached prefix as if all
     2,048 were new: the step the simulator charges (and `servetwin cost` must print) is longer."""

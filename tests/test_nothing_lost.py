@@ -90,11 +90,11 @@ def test_a_trace_is_not_replaced_by_a_run_or_figures(trace: Path, tmp_path: Path
 
 def test_killed_writer_leaves_no_output_and_the_next_write_cleans_up(trace: Path, tmp_path: Path, capsys,
                                                                      monkeypatch: pytest.MonkeyPatch):
-    import pandas as pd
+    import pyarrow.parquet as pq
 
     def boom(*a, **k):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", boom)
+    monkeypatch.setattr(pq, "write_table", boom)           # every table of a record is written through it
     out = tmp_path / "r"
     assert main(["simulate", "--trace", str(trace), "--engine", "vllm-0.6.3", *CPU, "--out", str(out)]) == 130
     monkeypatch.undo()
