@@ -94,8 +94,7 @@ def test_simulate_writes_and_summarises_a_run_without_pandas_or_scipy(tmp_path: 
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] in ("0 []", "1 []"), r.stdout
     from analysis.metrics import run_metrics
-    from analysis.records import read_run
-    from analysis.records import _coerce_requests
+    from analysis.records import _coerce_requests, read_run
     from scenarios.trace import read_trace
     from simulator import simulate
     back = read_run(tmp_path / "r")
