@@ -396,10 +396,10 @@ def test_sglang_admission_reserves_what_0_4_1_reserves():
     assert st.kind == "prefill" and [r for r, _ in st.items] == [b]
 
 
-def _admission_after_a_finish(overlap: bool) -> tuple[int, int, bool]:
+def _admission_after_a_finish(overlap: bool, preset: str = "sglang-0.4.1") -> tuple[int, int, bool]:
     """a runs; b and c arrive together, b is admitted and c meets NO_TOKEN. Returns the step a's last token was
     made in, the step c's prefill runs in, and whether the budget had room for c right after b's prefill."""
-    s = SglangScheduler(config("sglang-0.4.1", max_total_tokens=2000, chunked_prefill_size=4096,
+    s = SglangScheduler(config(preset, max_total_tokens=2000, chunked_prefill_size=4096,
                                disable_overlap_schedule=not overlap))
     a, b, c = request(0, 300, max_tokens=40), request(1, 600, max_tokens=500), request(2, 500, max_tokens=100)
     s.add(a, 0)
@@ -432,6 +432,16 @@ def test_sglang_a_full_batch_waits_for_the_filter_to_see_a_finish():
     assert room and done > 6 and admitted == done + 2
     done, admitted, room = _admission_after_a_finish(overlap=True)
     assert room and admitted == done + 3
+
+
+def test_sglang_current_sees_a_finish_one_decode_sooner():
+    """0.5.23 ``scheduler.py``: ``get_next_batch_to_run`` filters the running batch at every step, before the
+    prefill is tried, and ``update_running_batch`` leaves a request its in-flight token finishes out of the next
+    decode (``_reqs_finishing_inflight``): with overlap the flag clears at the next decode, without at once."""
+    done, admitted, room = _admission_after_a_finish(overlap=False, preset="sglang-current")
+    assert room and admitted == done + 1
+    done, admitted, room = _admission_after_a_finish(overlap=True, preset="sglang-current")
+    assert room and admitted == done + 2
 
 
 def test_schedulers_come_from_the_registry_by_engine_family():

@@ -72,7 +72,11 @@ class SglangScheduler(SchedulerBase):
         self.overlap = not cfg.disable_overlap_schedule
         self.inline = self.overlap and cfg.forward_stream == "inline"
         self.finishing_decode_slot = self.overlap and cfg.version.startswith("0.4")
-        self.filter_delay = (2 if self.overlap else 1) if cfg.version.startswith("0.4") else 0
+        # decodes from a finish to the filter that sees it: 0.4.1, the next update_running_batch (with overlap the
+        # one after: the finished request rides one more step); 0.5 excludes a request its in-flight token finishes
+        # from the next decode (update_running_batch, ``_reqs_finishing_inflight``) and, without overlap, filters a
+        # processed finish at the top of get_next_batch_to_run, before the prefill is tried
+        self.filter_delay = (2 if self.overlap else 1) if cfg.version.startswith("0.4") else int(self.overlap)
         self.unsent: list[Request] = []       # inline: emitted their token in the last step, not yet streamed
         self.unreported: list[Request] = []   # inline: finished in the last step, not yet reported
         self.lame_ducks: list[Request] = []     # finished last step, released after this one
