@@ -77,3 +77,28 @@ def test_the_instance_calibration_used_is_recorded(tmp_path: Path):
     slow = rec.requests["last_token_s"] - rec.requests["send_s"]
     base = simulate(TRACE, "vllm-0.6.3").requests
     assert (slow > (base["last_token_s"] - base["send_s"])).mean() > 0.9    # the scale is applied, not only noted
+
+
+def test_a_record_of_columns_reads_back_as_the_same_record_of_frames(tmp_path: Path):
+    """The simulator's column tables (written through pyarrow's buffers) and the same tables as DataFrames
+    (written through pandas) read back equal: NaN, empty tables, non-ASCII errors and a cluster's replica column."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis.records import RunRecord
+    rec = simulate(TRACE, "sglang-0.4.1", record_tokens=True)
+    cols = dict(rec._tables["requests"])
+    cols["error"] = np.array(["", "délai dépassé ✗", *([""] * (len(cols["error"]) - 2))], dtype=object)
+    cols["cached_tokens"] = cols["cached_tokens"].copy()
+    cols["cached_tokens"][0] = np.nan
+    cols["replica"] = np.arange(len(cols["error"]), dtype=np.int64) % 2
+    empty_tel = {k: v[:0] for k, v in rec._tables["telemetry"].items()}
+    a = RunRecord(meta=rec.meta, requests=cols, telemetry=empty_tel, chunks=rec._tables["chunks"])
+    b = RunRecord(meta=rec.meta, requests=pd.DataFrame(cols), telemetry=pd.DataFrame(empty_tel),
+                  chunks=pd.DataFrame(rec._tables["chunks"]))
+    ra, rb = read_run(write_run(a, tmp_path / "a")), read_run(write_run(b, tmp_path / "b"))
+    pd.testing.assert_frame_equal(ra.requests, rb.requests)
+    pd.testing.assert_frame_equal(ra.telemetry, rb.telemetry)
+    pd.testing.assert_frame_equal(ra.chunks, rb.chunks)
+    assert ra.requests["error"].iloc[1] == "délai dépassé ✗" and np.isnan(ra.requests["cached_tokens"].iloc[0])
+    assert len(ra.telemetry) == 0 and len(ra.chunks) > 0
