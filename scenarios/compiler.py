@@ -161,8 +161,10 @@ def _manifest(sc: Scenario, trace: Trace, target: float) -> dict:
     role = trace.arrays["role"]
     counts = {name: int((role == r).sum()) for r, name in enumerate(ROLE_CAPS)}
     n_dags = trace.n_dags
+    # an unset client leaves the manifest (and so every earlier trace's digest) as it was
+    scenario = sc.model_dump(mode="json", exclude={"client"} if sc.client is None else None)
     return {
-        "format_version": FORMAT_VERSION, "scenario": sc.model_dump(mode="json"), "seed": sc.seed,
+        "format_version": FORMAT_VERSION, "scenario": scenario, "seed": sc.seed,
         "counts": {"dags": n_dags, "requests": trace.n_requests, "roles": counts},
         "prompt_layout": _layout(sc),
         "target_sharing": target, "achieved_sharing": achieved_sharing(trace),

@@ -204,6 +204,15 @@ class Outputs(_Frozen):
         return int(getattr(self, role))
 
 
+class Client(_Frozen):
+    """The client that sends the trace: at most ``max_connections`` requests in flight, the rest held until a
+    connection frees (an HTTP client's connection pool; servetwin's live dispatcher sends with one). A held request's
+    send time and timeout start when it is sent by the trace, so the wait counts in its TTFT, as the live
+    dispatcher records it. Unset: every request goes out when due."""
+
+    max_connections: int | None = Field(None, ge=1)
+
+
 def _default_tools() -> dict[str, ToolDelay]:
     return {"mcp": ToolDelay()}
 
@@ -218,6 +227,7 @@ class Scenario(_Frozen):
     topology: Topology = FanOut()
     prompts: Prompts = Prompts()
     outputs: Outputs = Outputs()
+    client: Client | None = None
     tools: dict[str, ToolDelay] = Field(default_factory=_default_tools)
 
     @model_validator(mode="after")

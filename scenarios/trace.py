@@ -92,6 +92,12 @@ class Trace:
         return int(self.manifest.get("prompt_layout", {}).get("prefix_groups", 1))
 
     @property
+    def max_connections(self) -> int | None:
+        """The scenario's ``client.max_connections``: requests in flight at most (None: unlimited)."""
+        n = (self.manifest["scenario"].get("client") or {}).get("max_connections")
+        return int(n) if n is not None else None
+
+    @property
     def shared_prefix_len(self) -> int:
         """F: the length of one shared prefix."""
         return int(self.arrays["prefix"].size) // self.prefix_groups

@@ -1,8 +1,11 @@
 """Drives a Trace into replicas: DAG roots at their arrival time, dependants when every predecessor has
-completed plus the tool delay (the closed-loop behaviour of agent graphs)."""
+completed plus the tool delay (the closed-loop behaviour of agent graphs). With the scenario's
+``client.max_connections``, requests beyond that many in flight are held, as the live dispatcher's connection pool
+holds them: sent (their send time and timeout start) but not yet at the engine."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -25,6 +28,10 @@ class DagDriver:
         self.planned = np.full(trace.n_requests, np.nan)
         self.completed = 0
         self._seq = 0
+        self.max_connections = trace.max_connections
+        self.open = 0                                 # requests holding a connection (at the engine)
+        self.held: deque[Request] = deque()           # sent, waiting for a connection
+        self._connected: set[int] = set()
         env.process(self._arrivals())
 
     def _arrivals(self):  # type: ignore[no-untyped-def]
@@ -44,14 +51,31 @@ class DagDriver:
         self.planned[i] = now
         r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt(i),
                     int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens)
-        self._seq += 1
         self.requests[i] = r
-        self.submit(r)
+        if self.max_connections is not None and self.open >= self.max_connections:
+            self.held.append(r)
+        else:
+            self._connect(r)
         if self.timeout_s > 0:
             self.env.timeout(self.timeout_s).callbacks.append(self._aborter(r))
 
+    def _connect(self, r: Request) -> None:
+        r.arrival_seq = self._seq                     # the engine's arrival order: when it reaches the engine
+        self._seq += 1
+        self.open += 1
+        self._connected.add(r.idx)
+        self.submit(r)
+
     def _aborter(self, r: Request) -> Callable[[simpy.Event], None]:
-        return lambda _e: self.abort(r)
+        return lambda _e: self._timed_out(r)
+
+    def _timed_out(self, r: Request) -> None:
+        if r.idx in self._connected:
+            self.abort(r)
+        elif not r.is_finished and not r.error:        # still waiting for a connection: the engine never saw it
+            self.held.remove(r)
+            r.error = "timeout"
+            self.finished(r)
 
     def _issuer(self, i: int) -> Callable[[simpy.Event], None]:
         return lambda _e: self._issue(i)
@@ -63,6 +87,11 @@ class DagDriver:
         if r.error:
             r.release_tokens()
         self.completed += 1
+        if r.idx in self._connected:
+            self._connected.discard(r.idx)
+            self.open -= 1
+            while self.held and (self.max_connections is None or self.open < self.max_connections):
+                self._connect(self.held.popleft())
         a = self.trace.arrays
         for s in self.succ[r.idx]:
             self.pending[s] -= 1
@@ -72,3 +101,4 @@ class DagDriver:
                     self.env.timeout(delay).callbacks.append(self._issuer(s))
                 else:
                     self._issue(s)
+

@@ -132,3 +132,54 @@ def test_every_request_lets_go_of_its_tokens_however_it_ended(engine, monkeypatc
     reqs = drivers[0].requests
     held = [r for r in (reqs.values() if isinstance(reqs, dict) else reqs) if r is not None and r.prompt.size]
     assert not held
+
+
+def _driver(max_connections: int, service_s: float | None, timeout_s: float):  # type: ignore[no-untyped-def]
+    """A DagDriver over a small trace whose client holds at most ``max_connections`` requests in flight, against a
+    fake engine that finishes each request ``service_s`` after it arrives (never, when None)."""
+    import simpy
+
+    from scenarios import compile_trace
+    from simulator.workload import DagDriver
+    from tests.conftest import small_scenario
+    trace = compile_trace(small_scenario(client={"max_connections": max_connections}))
+    env = simpy.Environment()
+    seen: list[tuple[float, int]] = []          # (time at the engine, requests at the engine then)
+    box: dict = {}
+
+    def submit(r):  # type: ignore[no-untyped-def]
+        seen.append((env.now, box["d"].open))
+        if service_s is not None:
+            def done(_e):  # type: ignore[no-untyped-def]
+                r.output_len = r.max_tokens
+                box["d"].finished(r)
+            env.timeout(service_s).callbacks.append(done)
+
+    box["d"] = DagDriver(env, trace, submit, lambda r: None, timeout_s)
+    env.run(until=5000)
+    return trace, box["d"], seen
+
+
+def test_the_client_holds_requests_beyond_its_connections_and_their_wait_counts():
+    """``client.max_connections``: never more requests at the engine than that; a held request's send time is
+    when the trace sent it (its wait is in its TTFT, as the live dispatcher's pool wait is)."""
+    trace, d, seen = _driver(2, 3.0, 1e9)
+    assert trace.max_connections == 2 and max(n for _, n in seen) <= 2
+    assert all(r is not None and r.is_finished for r in d.requests)
+    waited = [t - r.send_s for (t, _), r in zip(seen, sorted(d.requests, key=lambda r: r.arrival_seq), strict=True)]
+    assert max(waited) > 0 and min(waited) == 0
+
+
+def test_a_request_held_past_its_timeout_fails_and_releases_its_graph():
+    trace, d, seen = _driver(1, None, 50.0)       # the engine never answers: one connection stays taken
+    assert len(seen) == 1
+    failed = [r for r in d.requests if r is not None and r.error == "timeout"]
+    assert failed and all(r.first_token_s != r.first_token_s for r in failed)      # never at the engine: no token
+    assert any(r is not None and r.role == "worker" for r in d.requests)           # dependants were sent
+
+
+def test_an_unset_client_leaves_the_trace_as_before():
+    from scenarios import compile_trace
+    from tests.conftest import small_scenario
+    t = compile_trace(small_scenario())
+    assert "client" not in t.manifest["scenario"] and t.max_connections is None
