@@ -22,13 +22,21 @@ if TYPE_CHECKING:
 KEEPS_PACE = 0.97
 
 
+def per_request(col: Any) -> dict[str, np.ndarray]:
+    """TTFT, E2E, TPOT and dispatch lag per request, from the requests table's columns (any mapping of column
+    name to array-like: a DataFrame or ``RunRecord`` columns)."""
+    send, first, last = (np.asarray(col[c], dtype=np.float64) for c in ("send_s", "first_token_s", "last_token_s"))
+    n = np.asarray(col["output_tokens"]).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n >= 2, (last - first) / (n - 1), np.nan)
+    return {"ttft_s": first - send, "e2e_s": last - send, "tpot_s": tpot,
+            "dispatch_lag_s": send - np.asarray(col["planned_s"], dtype=np.float64)}
+
+
 def request_metrics(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
-    out["ttft_s"] = out["first_token_s"] - out["send_s"]
-    out["e2e_s"] = out["last_token_s"] - out["send_s"]
-    n = out["output_tokens"].astype(float)
-    out["tpot_s"] = np.where(n >= 2, (out["last_token_s"] - out["first_token_s"]) / (n - 1), np.nan)
-    out["dispatch_lag_s"] = out["send_s"] - out["planned_s"]
+    for name, values in per_request(df).items():
+        out[name] = values
     return out
 
 
@@ -77,17 +85,16 @@ def run_metrics(rec: RunRecord) -> dict[str, Any]:
     x = done_in_T / T
     realised = offered / T
     nominal = float(rec.meta["offered_load_rps"])
-    ttft = ok["first_token_s"] - ok["send_s"]
-    n_out = ok["output_tokens"].astype(float)
+    d, lag = per_request(ok), per_request(col)["dispatch_lag_s"]
+    ttft = d["ttft_s"]
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(n_out >= 2, (ok["last_token_s"] - ok["first_token_s"]) / (n_out - 1), np.nan)
         ln = np.log(ttft[ttft > 0])
     tel = rec.meta.get("telemetry_summary", {})
     out: dict[str, Any] = {
         "run_id": rec.run_id, "engine": rec.meta["engine"], "seed": rec.meta["seed"],
         "n": n, "n_ok": n_ok, "success": n_ok / n if n else float("nan"),
-        "ttft_p50": _q(ttft, 0.5), "ttft_p95": _q(ttft, 0.95), "tpot_p50": _q(tpot, 0.5),
-        "e2e_p50": _q(ok["last_token_s"] - ok["send_s"], 0.5), "throughput": x, "offered_load": nominal,
+        "ttft_p50": _q(ttft, 0.5), "ttft_p95": _q(ttft, 0.95), "tpot_p50": _q(d["tpot_s"], 0.5),
+        "e2e_p50": _q(d["e2e_s"], 0.5), "throughput": x, "offered_load": nominal,
         "realised_load": realised,
         "pace": x / nominal if nominal > 0 else float("nan"),
         "pace_realised": x / realised if realised else float("nan"),
@@ -98,7 +105,7 @@ def run_metrics(rec: RunRecord) -> dict[str, Any]:
         "prefix_hit_fraction": float(tel.get("prefix_hit_fraction", np.nan)),
         "tail_ratio": _q(ttft, 0.95) / _q(ttft, 0.5) if len(ttft) else float("nan"),
         "ln_ttft_skew": skewness(ln) if len(ln) > 2 else float("nan"),
-        "dispatch_lag_p50": _q(col["send_s"] - col["planned_s"], 0.5), "duration_s": T,
+        "dispatch_lag_p50": _q(lag, 0.5), "duration_s": T,
     }
     roles = ok["role"].astype(str)
     for role in sorted(set(roles)):

@@ -77,6 +77,19 @@ class RecordError(ServetwinError):
 Columns = dict[str, np.ndarray]      # a table as equal-length NumPy arrays, by column name
 
 
+class _Table:
+    """A RunRecord table read as a DataFrame (built from columns on first use) and set as one."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, rec: RunRecord | None, owner: type | None = None) -> Any:
+        return self if rec is None else rec._frame(self.name)
+
+    def __set__(self, rec: RunRecord, df: Any) -> None:
+        rec._tables[self.name] = df
+
+
 class RunRecord:
     """A run in memory: ``meta`` is run.json; ``requests``, ``telemetry`` and ``chunks`` are DataFrames. A table
     given as ``Columns`` (the simulator's) stays so until it is asked for as a DataFrame: simulating a run, writing
@@ -97,29 +110,9 @@ class RunRecord:
             self._tables[name] = t
         return t
 
-    @property
-    def requests(self) -> pd.DataFrame:
-        return self._frame("requests")
-
-    @requests.setter
-    def requests(self, df: pd.DataFrame) -> None:
-        self._tables["requests"] = df
-
-    @property
-    def telemetry(self) -> pd.DataFrame:
-        return self._frame("telemetry")
-
-    @telemetry.setter
-    def telemetry(self, df: pd.DataFrame) -> None:
-        self._tables["telemetry"] = df
-
-    @property
-    def chunks(self) -> pd.DataFrame | None:
-        return self._frame("chunks")
-
-    @chunks.setter
-    def chunks(self, df: pd.DataFrame | None) -> None:
-        self._tables["chunks"] = df
+    requests = _Table()           # pd.DataFrame
+    telemetry = _Table()          # pd.DataFrame (empty, with TELEMETRY_COLUMNS, when none was given)
+    chunks = _Table()             # pd.DataFrame | None
 
     def column(self, name: str) -> np.ndarray:
         """One column of the requests table as an array, without building a DataFrame."""
@@ -149,11 +142,17 @@ def default_exclusion() -> dict[str, Any]:
     return {"exclude_first_dags": 1, "warmup_requests_discarded": 0}
 
 
-def _coerce_requests(df: pd.DataFrame) -> pd.DataFrame:
-    missing = [c for c in REQUEST_COLUMNS if c not in df.columns]
+def _request_schema(present: Any) -> dict[str, str]:
+    """The requests table's columns in order with their types: the required ones (refused when missing) and the
+    optional ones ``present`` holds."""
+    missing = [c for c in REQUEST_COLUMNS if c not in present]
     if missing:
         raise RecordError(f"requests table lacks columns {missing}; needs {list(REQUEST_COLUMNS)}")
-    cols = {**REQUEST_COLUMNS, **{c: t for c, t in OPTIONAL_REQUEST_COLUMNS.items() if c in df.columns}}
+    return {**REQUEST_COLUMNS, **{c: t for c, t in OPTIONAL_REQUEST_COLUMNS.items() if c in present}}
+
+
+def _coerce_requests(df: pd.DataFrame) -> pd.DataFrame:
+    cols = _request_schema(df.columns)
     out = df[list(cols)].copy()
     for c, dt in cols.items():
         out[c] = out[c].astype(dt)
@@ -202,12 +201,7 @@ def _write_table(rec: RunRecord, name: str, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
     if name == "requests":
-        missing = [c for c in REQUEST_COLUMNS if c not in t]
-        if missing:
-            raise RecordError(f"requests table lacks columns {missing}; needs {list(REQUEST_COLUMNS)}")
-        names = [*REQUEST_COLUMNS, *(c for c in OPTIONAL_REQUEST_COLUMNS if c in t)]
-        dtypes = {**REQUEST_COLUMNS, **OPTIONAL_REQUEST_COLUMNS}
-        cols = {c: np.asarray(t[c]).astype(dtypes[c]) for c in names}
+        cols = {c: np.asarray(t[c]).astype(dt) for c, dt in _request_schema(t).items()}
         cols["error"] = np.array(["" if e is None else str(e) for e in cols["error"]], dtype=object)
         cols["role"] = np.array([str(x) for x in cols["role"]], dtype=object)
     else:

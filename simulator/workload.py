@@ -29,10 +29,13 @@ class DagDriver:
         self.completed = 0
         self._seq = 0
         self.max_connections = trace.max_connections
-        self.open = 0                                 # requests holding a connection (at the engine)
         self.held: deque[Request] = deque()           # sent, waiting for a connection
-        self._connected: set[int] = set()
+        self._connected: set[int] = set()           # requests holding a connection (at the engine)
         env.process(self._arrivals())
+
+    @property
+    def open(self) -> int:
+        return len(self._connected)
 
     def _arrivals(self):  # type: ignore[no-untyped-def]
         a = self.trace.arrays
@@ -62,7 +65,6 @@ class DagDriver:
     def _connect(self, r: Request) -> None:
         r.arrival_seq = self._seq                     # the engine's arrival order: when it reaches the engine
         self._seq += 1
-        self.open += 1
         self._connected.add(r.idx)
         self.submit(r)
 
@@ -89,7 +91,6 @@ class DagDriver:
         self.completed += 1
         if r.idx in self._connected:
             self._connected.discard(r.idx)
-            self.open -= 1
             while self.held and (self.max_connections is None or self.open < self.max_connections):
                 self._connect(self.held.popleft())
         a = self.trace.arrays
