@@ -16,13 +16,34 @@ import numpy as np
 from simulator.kernels import ROOT_HASH, chain_states, chain_states_constant, finish, finish_int
 
 
+class SharedHead:
+    """The first ``n_tokens`` of every prompt that starts with one shared prefix (a trace's prefix group): their
+    block hash chain is the same for all those prompts, so it is computed once per block size."""
+
+    __slots__ = ("n_tokens", "_chains")
+
+    def __init__(self, n_tokens: int):
+        self.n_tokens = n_tokens
+        self._chains: dict[int, tuple[list[int], int]] = {}
+
+    def chain(self, prompt: np.ndarray, block_size: int) -> tuple[list[int], int]:
+        """(hashes of the head's full blocks, the chain's state after them), from any prompt that has the head."""
+        got = self._chains.get(block_size)
+        if got is None:
+            st = chain_states(prompt[:self.n_tokens // block_size * block_size], block_size, ROOT_HASH)
+            got = self._chains[block_size] = (finish(st).tolist(), int(st[-1]) if st.shape[0] else ROOT_HASH)
+        return got
+
+
 class Request:
     __slots__ = ("idx", "dag", "role", "prompt", "prompt_len", "max_tokens", "output_len", "num_computed",
                  "send_s", "planned_s", "first_token_s", "last_token_s", "cached_tokens", "preemptions",
-                 "token_times", "error", "engine", "_hashes", "_states", "_hash_bs", "arrival_seq", "match_memo")
+                 "token_times", "error", "engine", "_hashes", "_states", "_hash_bs", "arrival_seq", "match_memo",
+                 "head")
 
     def __init__(self, idx: int, dag: int, role: str, prompt: np.ndarray, max_tokens: int,
-                 planned_s: float, send_s: float, arrival_seq: int, record_tokens: bool = False):
+                 planned_s: float, send_s: float, arrival_seq: int, record_tokens: bool = False,
+                 head: SharedHead | None = None):
         self.idx, self.dag, self.role = idx, dag, role
         self.prompt = prompt
         self.prompt_len = int(prompt.shape[0])
@@ -42,6 +63,7 @@ class Request:
         self._hash_bs = 0
         self.arrival_seq = arrival_seq
         self.match_memo: Any = None    # SGLang: radix comparisons of the waiting request's key (fill length, memo)
+        self.head = head               # the shared prefix its prompt starts with (block hashes memoised there)
 
     # --- derived ---------------------------------------------------------------------------------
     @property
@@ -83,10 +105,11 @@ class Request:
         h = self._hashes
         if h is None or self._hash_bs != block_size:
             full = max(n_blocks, self.prompt_len // block_size)
-            st = chain_states(self.tokens(full * block_size), block_size, ROOT_HASH)
-            h = finish(st).tolist()
+            lead, state = self.head.chain(self.prompt, block_size) if self.head is not None else ([], ROOT_HASH)
+            st = chain_states(self.tokens(full * block_size)[len(lead) * block_size:], block_size, state)
+            h = lead + finish(st).tolist()
             self._hashes, self._hash_bs = h, block_size
-            self._states = int(st[-1]) if st.shape[0] else ROOT_HASH
+            self._states = int(st[-1]) if st.shape[0] else state
         elif len(h) < n_blocks:
             start = len(h)
             if start * block_size >= self.prompt_len:         # generated tokens only: one repeated id

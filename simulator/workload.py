@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from scenarios.trace import Trace
-from simulator.request import Request
+from scenarios.trace import SRC_PREFIX, Trace
+from simulator.request import Request, SharedHead
 
 
 class DagDriver:
@@ -31,7 +31,18 @@ class DagDriver:
         self.max_connections = trace.max_connections
         self.held: deque[Request] = deque()           # sent, waiting for a connection
         self._connected: set[int] = set()           # requests holding a connection (at the engine)
+        F = trace.shared_prefix_len
+        self.heads = [SharedHead(F) for _ in range(trace.prefix_groups)] if F else []
         env.process(self._arrivals())
+
+    def _head(self, i: int) -> SharedHead | None:
+        """The shared prefix request i's prompt starts with, whole (None: it starts otherwise)."""
+        segs = self.trace.segments(i)
+        if not self.heads or not segs.size:
+            return None
+        src, start, length = (int(x) for x in segs[0])
+        F = self.heads[0].n_tokens
+        return self.heads[start // F] if src == SRC_PREFIX and length == F and start % F == 0 else None
 
     @property
     def open(self) -> int:
@@ -53,7 +64,7 @@ class DagDriver:
         now = self.env.now
         self.planned[i] = now
         r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt(i),
-                    int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens)
+                    int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens, self._head(i))
         self.requests[i] = r
         if self.max_connections is not None and self.open >= self.max_connections:
             self.held.append(r)

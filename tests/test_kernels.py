@@ -65,3 +65,23 @@ def test_a_run_of_one_token_in_closed_form(tok, bs, n, parent):
     got = chain_states_constant(tok, bs, n, parent)
     assert got == ref.tolist()
     assert [finish_int(a) for a in got] == chain_hashes_py(np.full(n * bs, tok, dtype=np.int32), bs, parent).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(head=st.lists(st.integers(0, 50), min_size=0, max_size=90), tails=st.lists(
+    st.lists(st.integers(0, 50), max_size=40), min_size=1, max_size=4), bs=st.integers(1, 17),
+    grow=st.lists(st.integers(0, 12), min_size=1, max_size=4), data=st.data())
+def test_block_hashes_from_a_shared_head_equal_a_fresh_chain(head, tails, bs, grow, data):
+    """Prompts that start with one shared prefix take its block hashes from the head's memo: the same hashes,
+    extended into generated tokens, as a request that hashes its whole prompt itself."""
+    from simulator.request import Request, SharedHead
+    shared = SharedHead(len(head))
+    for i, tail in enumerate(tails):
+        prompt = np.asarray(head + tail, dtype=np.int32)
+        a = Request(i, 0, "worker", prompt, 64, 0.0, 0.0, i, head=shared)
+        b = Request(i, 0, "worker", prompt, 64, 0.0, 0.0, i)
+        n = data.draw(st.integers(0, len(prompt) // bs + 1))
+        for extra in grow:
+            a.output_len = b.output_len = min(a.output_len + extra, 64)
+            n = min(n + extra // bs + 1, a.fill_len // bs)
+            assert a.block_hashes(n, bs) == b.block_hashes(n, bs)
