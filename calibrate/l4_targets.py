@@ -90,11 +90,11 @@ def _run(job: tuple[HardwareProfile, str, str, int, float]) -> tuple[str, str, i
     return cond, engine, seed, run_metrics(rec)
 
 
-def simulate_conditions(hw: HardwareProfile, conditions: dict[str, tuple], workers: int, tool_median_s: float
-                        ) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Every condition × engine × seed, in ``workers`` processes; results in a fixed order."""
+def simulate_conditions(hw: HardwareProfile, conditions: dict[str, tuple], workers: int, tool_median_s: float,
+                        seeds: tuple[int, ...] = SEEDS) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every condition × engine × seed, in ``workers`` processes; results in a fixed order (seeds as given)."""
     jobs = [(hw, c, e, s, tool_median_s) for c, (_, _, _, engines) in conditions.items() for e in engines
-            for s in SEEDS]
+            for s in seeds]
     if workers > 1:
         with ProcessPoolExecutor(workers) as ex:
             done = list(ex.map(_run, jobs))

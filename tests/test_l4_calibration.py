@@ -66,3 +66,34 @@ def test_every_grid_of_the_studys_workload_carries_the_tool_delays_the_fit_infer
             study += 1
             assert base.get("tools", {}).get("mcp") == want, f.name
     assert study >= 11
+
+
+def _runs(per_seed: dict[tuple[str, str], list[float]]) -> dict:
+    """Runs whose every metric is one number per seed (enough for ``achieved``)."""
+    keys = ("throughput", "ttft_p50", "ttft_p95", "e2e_p50", "tpot_p50")
+    return {k: [dict.fromkeys(keys, v) for v in vs] for k, vs in per_seed.items()}
+
+
+def test_the_seed_spread_takes_every_three_seeds_and_places_the_published_figure():
+    from calibrate import l4_spread as S
+    n = 5
+    flat = {k: [1.0] * n for k in [("C1", T.VLLM), ("C2", T.SGLANG), ("r28", T.VLLM), ("r40", T.VLLM),
+                                   ("r40", T.SGLANG)]}
+    runs = _runs({**flat, ("r28", T.SGLANG): [1.0, 2.0, 4.0, 8.0, 16.0]})
+    assert len(S.triples(runs, n)) == 10
+    got = S.spread(runs, n)["C4_sglang_throughput"]
+    values = sorted(2.0 ** (sum(t) / 3) for t in __import__("itertools").combinations(range(n), 3))
+    assert got["seeds_1_3"] == pytest.approx(2.0)                       # seeds 1-3: 1, 2, 4
+    assert got["mean"] == pytest.approx(sum(values) / 10, abs=1e-4)
+    assert got["published_percentile"] == 10 * sum(v < 1.66 for v in values)
+    assert S.spread(runs, n)["C1_vllm_throughput"]["sd_pct"] == 0.0     # a target no seed moves has no spread
+    with pytest.raises(ValueError):
+        S.spread(runs, 2)
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "2"], ["--seeds", "1000"], ["--at", "eta_compute=x"]])
+def test_the_seed_spread_refuses_bad_input_in_one_line(argv, capsys):
+    from calibrate import l4_spread as S
+    assert S.main(argv) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error: ") and out.count("\n") == 1
