@@ -165,6 +165,9 @@ class Replay:
         self.t0 = 0.0
         self.schedule = SendSchedule()
         self.pacer: GcPacer | None = GcPacer(self.schedule) if cfg.gc_pacing else None
+        # the scenario's client.max_concurrency: a semaphore before the send (its send time and timeout start past it)
+        n = trace.max_concurrency
+        self.slots: asyncio.Semaphore | None = asyncio.Semaphore(n) if n is not None else None
 
     def _prompt(self, i: int) -> list[int] | str:
         if self.cfg.api == "chat" or self.cfg.text_prompts is not None:
@@ -186,7 +189,11 @@ class Replay:
         rec = LiveRequest(i, int(a["dag"][i]), self.trace.role_name(i), planned, int(self.lens[i]),
                           int(a["max_tokens"][i]))
         try:
-            await stream_one(self.clients[i % len(self.clients)], self.cfg, rec, self._prompt(i), self.t0)
+            if self.slots is not None:
+                async with self.slots:
+                    await stream_one(self.clients[i % len(self.clients)], self.cfg, rec, self._prompt(i), self.t0)
+            else:
+                await stream_one(self.clients[i % len(self.clients)], self.cfg, rec, self._prompt(i), self.t0)
         finally:
             self.sink.write(rec)
             self.done += 1

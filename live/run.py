@@ -185,7 +185,7 @@ async def _run(trace: Trace, cfg: DispatchConfig, opts: LiveOptions, out: Path) 
     journal = out.parent / f".{out.name}.live"
     journal.mkdir(parents=True, exist_ok=True)
     sink = JsonlSink(journal / "requests.jsonl")
-    conns = trace.max_connections or cfg.max_connections      # the scenario's client, else the dispatcher's pool
+    conns = trace.max_connections or trace.max_concurrency or cfg.max_connections  # the scenario's client, else ours
     limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
     status = "complete"
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(cfg.timeout_s, connect=10.0)) as client:

@@ -163,6 +163,8 @@ def _manifest(sc: Scenario, trace: Trace, target: float) -> dict:
     n_dags = trace.n_dags
     # an unset client leaves the manifest (and so every earlier trace's digest) as it was
     scenario = sc.model_dump(mode="json", exclude={"client"} if sc.client is None else None)
+    if sc.client is not None:      # an unset limit leaves the manifest (and so earlier traces' digests) as it was
+        scenario["client"] = {k: v for k, v in scenario["client"].items() if v is not None}
     return {
         "format_version": FORMAT_VERSION, "scenario": scenario, "seed": sc.seed,
         "counts": {"dags": n_dags, "requests": trace.n_requests, "roles": counts},

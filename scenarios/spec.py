@@ -205,12 +205,24 @@ class Outputs(_Frozen):
 
 
 class Client(_Frozen):
-    """The client that sends the trace: at most ``max_connections`` requests in flight, the rest held until a
-    connection frees (an HTTP client's connection pool; servetwin's live dispatcher sends with one). A held request's
-    send time and timeout start when it is sent by the trace, so the wait counts in its TTFT, as the live
-    dispatcher records it. Unset: every request goes out when due."""
+    """The client that sends the trace, one of two kinds of limit on requests in flight (unset: every request goes
+    out when due):
+
+    - ``max_connections``: an HTTP client's connection pool (servetwin's live dispatcher sends with one). A held
+      request was sent by the trace: its send time and timeout start then, so the wait counts in its TTFT.
+    - ``max_concurrency``: a semaphore before the send (``vllm bench serve --max-concurrency``). A held request is
+      not sent yet: its send time and timeout start when a slot frees; the wait shows as dispatch lag, not TTFT.
+    """
 
     max_connections: int | None = Field(None, ge=1)
+    max_concurrency: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> Client:
+        if self.max_connections is not None and self.max_concurrency is not None:
+            raise ValueError("client: give max_connections (a connection pool) or max_concurrency (a semaphore "
+                             "before the send), not both")
+        return self
 
 
 def _default_tools() -> dict[str, ToolDelay]:

@@ -98,6 +98,12 @@ class Trace:
         return int(n) if n is not None else None
 
     @property
+    def max_concurrency(self) -> int | None:
+        """The scenario's ``client.max_concurrency``: requests sent at most at once (None: unlimited)."""
+        n = (self.manifest["scenario"].get("client") or {}).get("max_concurrency")
+        return int(n) if n is not None else None
+
+    @property
     def shared_prefix_len(self) -> int:
         """F: the length of one shared prefix."""
         return int(self.arrays["prefix"].size) // self.prefix_groups

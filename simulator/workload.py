@@ -1,7 +1,9 @@
 """Drives a Trace into replicas: DAG roots at their arrival time, dependants when every predecessor has
 completed plus the tool delay (the closed-loop behaviour of agent graphs). With the scenario's
 ``client.max_connections``, requests beyond that many in flight are held, as the live dispatcher's connection pool
-holds them: sent (their send time and timeout start) but not yet at the engine."""
+holds them: sent (their send time and timeout start) but not yet at the engine; with ``client.max_concurrency`` they
+are held before the send, as a semaphore holds them (``vllm bench serve --max-concurrency``): their send time and
+timeout start when a slot frees."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ class DagDriver:
         self.completed = 0
         self._seq = 0
         self.max_connections = trace.max_connections
+        self.max_concurrency = trace.max_concurrency
+        self.limit = self.max_connections or self.max_concurrency
         self.held: deque[Request] = deque()           # sent, waiting for a connection
         self._connected: set[int] = set()           # requests holding a connection (at the engine)
         F = trace.shared_prefix_len
@@ -66,16 +70,20 @@ class DagDriver:
         r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt(i),
                     int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens, self._head(i))
         self.requests[i] = r
-        if self.max_connections is not None and self.open >= self.max_connections:
+        if self.limit is not None and self.open >= self.limit:
             self.held.append(r)
         else:
             self._connect(r)
-        if self.timeout_s > 0:
+        if self.timeout_s > 0 and self.max_concurrency is None:     # a pool's held request was sent: its clock runs
             self.env.timeout(self.timeout_s).callbacks.append(self._aborter(r))
 
     def _connect(self, r: Request) -> None:
         r.arrival_seq = self._seq                     # the engine's arrival order: when it reaches the engine
         self._seq += 1
+        if self.max_concurrency is not None:          # past the semaphore: sent now, its timeout from now
+            r.send_s = self.env.now
+            if self.timeout_s > 0:
+                self.env.timeout(self.timeout_s).callbacks.append(self._aborter(r))
         self._connected.add(r.idx)
         self.submit(r)
 
@@ -102,7 +110,7 @@ class DagDriver:
         self.completed += 1
         if r.idx in self._connected:
             self._connected.discard(r.idx)
-            while self.held and (self.max_connections is None or self.open < self.max_connections):
+            while self.held and (self.limit is None or self.open < self.limit):
                 self._connect(self.held.popleft())
         a = self.trace.arrays
         for s in self.succ[r.idx]:

@@ -140,6 +140,40 @@ def test_replay_keeps_records_when_the_server_fails(tmp_path: Path):
             assert by_id[i]["planned_s"] >= done
 
 
+def test_a_semaphore_client_sends_at_most_its_limit_at_once(tmp_path: Path):
+    """``client.max_concurrency``: the replay never has more streams open than that; a held request's send time
+    is when it passed the semaphore."""
+    t = compile_trace(scenario_from_dict({"duration_s": 20, "arrivals": {"kind": "constant", "rate": 1.0},
+                                          "prompts": {"prefix_tokens": 8, "suffix_tokens": 4},
+                                          "client": {"max_concurrency": 2},
+                                          "tools": {"mcp": {"kind": "constant", "median_s": 0.01, "p95_s": 0.02}}}))
+    live = {"now": 0, "peak": 0}
+
+    async def handler(r: httpx.Request) -> httpx.Response:
+        live["now"] += 1
+        live["peak"] = max(live["peak"], live["now"])
+        n = json.loads(r.content)["max_tokens"]
+
+        async def body():  # type: ignore[no-untyped-def]
+            for _ in range(n):
+                await asyncio.sleep(0.002)
+                yield chunk()
+            live["now"] -= 1              # before the client can read the end, so before its slot frees
+            yield b"data: [DONE]\n\n"
+        return httpx.Response(200, content=body())
+    sink = JsonlSink(tmp_path / "r.jsonl")
+    cfg = DispatchConfig(endpoint="http://engine", model="m", warmup=0, gc_pacing=False)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+            await Replay(t, cfg, sink, c).run()
+    asyncio.run(go())
+    sink.close()
+    rows = read_jsonl(tmp_path / "r.jsonl")
+    assert len(rows) == t.n_requests and all(r["ok"] for r in rows)
+    assert live["peak"] == 2
+
+
 def _reset(handler):  # type: ignore[no-untyped-def]
     from live.run import reset_prefix_cache
 

@@ -134,15 +134,17 @@ def test_every_request_lets_go_of_its_tokens_however_it_ended(engine, monkeypatc
     assert not held
 
 
-def _driver(max_connections: int, service_s: float | None, timeout_s: float):  # type: ignore[no-untyped-def]
-    """A DagDriver over a small trace whose client holds at most ``max_connections`` requests in flight, against a
-    fake engine that finishes each request ``service_s`` after it arrives (never, when None)."""
+def _driver(max_connections: int, service_s: float | None, timeout_s: float,  # type: ignore[no-untyped-def]
+            limit: str = "max_connections"):
+    """A DagDriver over a small trace whose client holds at most ``max_connections`` requests in flight (a pool, or
+    with ``limit="max_concurrency"`` a semaphore), against a fake engine that finishes each request ``service_s``
+    after it arrives (never, when None)."""
     import simpy
 
     from scenarios import compile_trace
     from simulator.workload import DagDriver
     from tests.conftest import small_scenario
-    trace = compile_trace(small_scenario(client={"max_connections": max_connections}))
+    trace = compile_trace(small_scenario(client={limit: max_connections}))
     env = simpy.Environment()
     seen: list[tuple[float, int]] = []          # (time at the engine, requests at the engine then)
     box: dict = {}
@@ -176,6 +178,44 @@ def test_a_request_held_past_its_timeout_fails_and_releases_its_graph():
     failed = [r for r in d.requests if r is not None and r.error == "timeout"]
     assert failed and all(r.first_token_s != r.first_token_s for r in failed)      # never at the engine: no token
     assert any(r is not None and r.role == "worker" for r in d.requests)           # dependants were sent
+
+
+def test_a_semaphore_client_sends_a_held_request_when_a_slot_frees():
+    """``client.max_concurrency`` (vllm bench serve's): never more at the engine than that; a held request is sent
+    when a slot frees, so its send time is its time at the engine (the wait is dispatch lag, not TTFT)."""
+    trace, d, seen = _driver(2, 3.0, 1e9, "max_concurrency")
+    assert trace.max_concurrency == 2 and trace.max_connections is None and max(n for _, n in seen) <= 2
+    reqs = sorted(d.requests, key=lambda r: r.arrival_seq)
+    assert all(r.is_finished for r in reqs)
+    assert all(t == r.send_s for (t, _), r in zip(seen, reqs, strict=True))
+    assert max(r.send_s - r.planned_s for r in reqs) > 0
+
+
+def test_a_semaphore_clients_timeout_starts_when_it_sends():
+    """The engine never answers and keeps its one request: held requests wait behind the semaphore without timing
+    out (their clock has not started); a pool's held requests time out from the trace's send instead."""
+    trace, d, seen = _driver(1, None, 50.0, "max_concurrency")
+    assert len(seen) == 1
+    issued = [r for r in d.requests if r is not None]
+    assert len(issued) > 1 and not any(r.error for r in issued if r is not issued[0])
+    _, pool, _ = _driver(1, None, 50.0)
+    assert any(r is not None and r.error == "timeout" and r.first_token_s != r.first_token_s for r in pool.requests)
+
+
+def test_a_client_takes_one_kind_of_limit():
+    import pytest
+
+    from foundation.errors import SpecError
+    from tests.conftest import small_scenario
+    with pytest.raises((SpecError, ValueError), match="not both"):
+        small_scenario(client={"max_connections": 4, "max_concurrency": 4})
+
+
+def test_a_pool_client_writes_only_its_limit_into_the_manifest():
+    from scenarios import compile_trace
+    from tests.conftest import small_scenario
+    t = compile_trace(small_scenario(client={"max_connections": 3}))
+    assert t.manifest["scenario"]["client"] == {"max_connections": 3}
 
 
 def test_an_unset_client_leaves_the_trace_as_before():
