@@ -12,6 +12,15 @@ aggregates. Two targets need a reading, stated here:
 - C7 (no run preempted or retracted more than three requests) and C8 (peak KV-cache use at λ = 0.012,
   σ 0 and 0.95) are reported beside the fit; the fitted coefficients price steps and cannot move KV sizing.
 
+Nor does the study say how its client limits requests in flight, but C1 does: at λ = 1.0 its queue reached 230
+requests while vLLM completed 1.56 requests/s, with no sign of the 300-s timeout cutting work. An unlimited client
+gives a queue of 1,100-1,370 and ~2,000-2,600 timeouts, whose lost work costs 5 % of C1; a connection pool of 256
+gives the queue but not the throughput (its held requests' timeouts run); a semaphore of 256 before the send
+(``vllm bench serve --max-concurrency 256``: a held request's send time and timeout start when a slot frees) gives
+all three figures (queue 252, X within 1 %, KV peak 0.995-1.0). So the study's conditions are simulated with that
+client (``STUDY_CLIENT``; 256 the round value a user would pass, UNCONFIRMED); below λ = 1.0 it never binds in
+these conditions.
+
 One number of the study's workload is not published: its tool calls' delays ("drawn from published Model
 Context Protocol tool latencies", paper-method.md). Each worker waits for one before it is sent, so the delays set
 how closely a graph's four workers follow each other, and so how often one's prefill waits behind another's
@@ -58,6 +67,7 @@ CONDITIONS = {"C1": (1.0, 600.0, 0.9, (VLLM,)), "C2": (0.12, 900.0, 0.9, (SGLANG
 C8_CONDITIONS = {"C8_s0": (0.012, 2400.0, 0.0, (VLLM, SGLANG)), "C8_s95": (0.012, 2400.0, 0.95, (VLLM, SGLANG))}
 
 
+STUDY_CLIENT = {"max_concurrency": 256}   # the study's client, inferred from C1 (above)
 TOOL_P95_RATIO = 5.0           # the study's tool delays: lognormal, p95 = 5 × median (σ_ln ≈ 1.0)
 TOOL_MEDIAN_BOUNDS = (0.1, 0.8)  # published MCP medians per tool call, 100-800 ms (cost-model.md section 5)
 PROFILE = Path(__file__).resolve().parent.parent / "simulator" / "profiles" / "hardware" / "l4.yaml"
@@ -80,7 +90,7 @@ def fitted_tool_median(profile: Path = PROFILE) -> float:
 def study_trace(rate: float, duration_s: float, sharing: float, seed: int, tool_median_s: float) -> Trace:
     return compile_trace(scenario_from_dict({"seed": seed, "duration_s": duration_s, "arrivals": {"rate": rate},
                                              "prompts": {"length": 4096, "sharing": sharing},
-                                             "tools": study_tools(tool_median_s)}))
+                                             "tools": study_tools(tool_median_s), "client": STUDY_CLIENT}))
 
 
 def _run(job: tuple[HardwareProfile, str, str, int, float]) -> tuple[str, str, int, dict[str, Any]]:

@@ -149,6 +149,9 @@ def _simulation_commands(sub: Any, c: Any) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--lo", type=float, default=0.02, help="lowest DAG rate to try")
     p.add_argument("--hi", type=float, default=1.0, help="highest DAG rate to try first")
+    p.add_argument("--max-rate", type=float, default=float("inf"),
+                   help="the most it sustains is searched at DAG rates up to this (e.g. 0.4, the top of the study's "
+                        "rate sweep; default: until X stops rising)")
     p.add_argument("--pace", choices=["nominal", "realised"], default="nominal",
                    help="keeps pace against the nominal offered load, as the study defines it (default), or against "
                         "each run's realised load")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -284,15 +285,27 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     sc = _scenario(a.scenario, None)
     if a.slo:
         return _size_fleet(a, sc)
-    cap = capacity_search(sc, a.engine, a.hardware, a.model, parse_overrides(a.set), a.lo, a.hi, tuple(a.seeds),
-                          context=a.context, pace=a.pace, measure=run_metrics, keeps_fraction=KEEPS_PACE)
+    for flag, v in (("--lo", a.lo), ("--hi", a.hi), ("--max-rate", a.max_rate)):
+        if not v > 0:
+            raise SpecError(f"capacity {flag} {v:g}: expected a DAG rate > 0")
+    if not a.lo < a.hi:
+        raise SpecError(f"capacity --lo {a.lo:g} --hi {a.hi:g}: expected --lo below --hi")
+    try:
+        cap = capacity_search(sc, a.engine, a.hardware, a.model, parse_overrides(a.set), a.lo, a.hi, tuple(a.seeds),
+                              context=a.context, pace=a.pace, measure=run_metrics, keeps_fraction=KEEPS_PACE,
+                              max_rate=a.max_rate)
+    except ValueError as err:            # the search found no rate that keeps pace: say which way to widen it
+        if not str(err).startswith("capacity_search:"):
+            raise
+        raise SpecError(str(err).removeprefix("capacity_search: ")) from None
     rule = ("geometric-mean X ≥ 0.97 × nominal offered load" if cap.pace == "nominal"
             else "every seed's X ≥ 0.97 × its realised load")
     print(f"{a.engine}: keeps pace at {cap.keeps_rate:.4f} DAG/s (offered {cap.keeps_load:.3f} requests/s, realised "
           f"{cap.realised:.3f}), sustaining X = {cap.sustained:.3f} requests/s; falls behind at {cap.fails_rate:.4f} "
           f"DAG/s ({cap.fails_load:.3f} requests/s); seeds {a.seeds}; keeps pace: {rule}")
+    top = f" or reached --max-rate {a.max_rate:g}" if math.isfinite(a.max_rate) else ""
     print(f"{a.engine}: sustains at most X = {cap.saturated:.3f} requests/s (at {cap.saturated_rate:.4f} DAG/s; the "
-          "search doubled the load past the knee until X rose by < 3 %)")
+          f"search doubled the load past the knee until X rose by < 3 %{top})")
     return 0
 
 

@@ -61,6 +61,18 @@ def test_bad_scenarios_exit_2_with_one_line(tmp_path: Path, content, needle):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--lo", "0"], "--lo 0"), (["--lo", "0.3", "--hi", "0.2"], "--lo below --hi"),
+    (["--max-rate", "-1"], "--max-rate"),
+    (["--seeds", "1", "--lo", "4", "--hi", "5"], "lower --lo"),
+    (["--scenario", str(Path(__file__).parent / "nope.yaml")], "nope.yaml"),
+])
+def test_bad_capacity_searches_exit_2_with_one_line(args, needle):
+    r = cli("capacity", "--scenario", str(EX), "--engine", "vllm-0.6.3", *args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
 def test_simulate_analyze_engines_cost(tmp_path: Path):
     out = tmp_path / "runs"
     for eng, sets in (("vllm-0.6.3", ["enable_prefix_caching=true"]), ("sglang-0.4.1", [])):

@@ -44,3 +44,21 @@ def test_capacity_search_on_a_degenerate_engine():
     assert cap.pace == "nominal" and 9.0 <= cap.sustained <= 10.3        # X where it last kept pace
     assert cap.tried and all(x <= 10.3 for x in cap.tried.values())       # never beyond 1/D (+ end effects)
     assert 9.5 <= cap.saturated <= 10.3 and cap.saturated_rate > cap.fails_rate    # the service rate 1/D
+
+
+def test_the_most_sustained_is_searched_no_higher_than_max_rate():
+    """With ``max_rate`` the search past the knee stops there: the most sustained is the highest X at or below it
+    (the study's C6 is the top of its rate sweep, not the service rate)."""
+    from analysis.metrics import KEEPS_PACE, run_metrics
+    from simulator.capacity import capacity_search
+    sc = scenario_from_dict({"seed": 1, "duration_s": 600, "arrivals": {"kind": "poisson", "rate": 1.0},
+                             "topology": {"kind": "chain", "turns": 1},
+                             "prompts": {"prefix_tokens": 0, "suffix_tokens": 8}, "outputs": {"turn": 1}})
+    kw = {"overrides": {"max_num_seqs": 1}, "lo": 2.0, "hi": 16.0, "seeds": (1,), "rel_tol": 0.05,
+          "measure": run_metrics, "keeps_fraction": KEEPS_PACE}
+    free = capacity_search(sc, "vllm-0.6.3", constant_hardware(D), **kw)
+    top = 11.0
+    capped = capacity_search(sc, "vllm-0.6.3", constant_hardware(D), max_rate=top, **kw)
+    assert free.saturated_rate > top and capped.saturated_rate <= top
+    assert capped.saturated == max(x for r, x in capped.tried.items() if r <= top)
+    assert (capped.keeps_rate, capped.fails_rate) == (free.keeps_rate, free.fails_rate)

@@ -65,7 +65,16 @@ def test_every_grid_of_the_studys_workload_carries_the_tool_delays_the_fit_infer
         if base.get("topology", {}).get("tool") == "mcp" and base.get("prompts", {}).get("length") == 4096:
             study += 1
             assert base.get("tools", {}).get("mcp") == want, f.name
+            # the study's client (inferred from C1) on the study's single-engine grids; a cluster grid asks about
+            # the replicas, not about that client
+            cluster = "replicas" in doc.get("sweep", {})
+            assert base.get("client") == (None if cluster else T.STUDY_CLIENT), f.name
     assert study >= 11
+
+
+def test_the_studys_conditions_are_simulated_with_the_studys_client():
+    t = T.study_trace(1.0, 60.0, 0.9, 1, 0.15)
+    assert t.max_concurrency == T.STUDY_CLIENT["max_concurrency"] and t.max_connections is None
 
 
 def _runs(per_seed: dict[tuple[str, str], list[float]]) -> dict:
