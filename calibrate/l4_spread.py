@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from typing import Any
+import math
 
 import numpy as np
 
 from calibrate import l4_targets as T
 
-Runs = dict[tuple[str, str], list[dict[str, Any]]]
+Runs = T.Runs
+FLOOR = 0.03        # the model's own error beside the seeds' spread (log scale) when targets are weighted
 
 
 def triples(runs: Runs, n: int) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -47,6 +48,20 @@ def spread(runs: Runs, n: int) -> dict[str, dict[str, float]]:
                   "p5": round(float(np.percentile(v, 5)), 4), "p95": round(float(np.percentile(v, 95)), 4),
                   "published_percentile": round(float(100 * (v < pub).mean()), 1)}
     return out
+
+
+def log_spread(runs: Runs, n: int) -> dict[str, float]:
+    """Per target, the standard deviation of the log of its value over every three distinct seeds: how far a
+    published figure (three runs) may stand from the expectation by the draw of its seeds alone."""
+    by = triples(runs, n)
+    return {k: float(np.std([math.log(t[k]) for t in by.values()])) for k in T.TARGETS}
+
+
+def weights(spread: dict[str, float], floor: float = FLOOR) -> np.ndarray:
+    """Each target's weight in a fit on the expectation, in ``TARGETS`` order: 1 / (spread² + floor²), scaled to a
+    mean of 1 — a figure the seeds move little counts more, but no target more than the model's own error allows."""
+    w = np.array([1.0 / (spread[k] ** 2 + floor ** 2) for k in T.TARGETS])
+    return w / w.mean()
 
 
 def main(argv: list[str] | None = None) -> int:

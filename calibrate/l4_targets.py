@@ -93,6 +93,9 @@ def study_trace(rate: float, duration_s: float, sharing: float, seed: int, tool_
                                              "tools": study_tools(tool_median_s), "client": STUDY_CLIENT}))
 
 
+Runs = dict[tuple[str, str], list[dict[str, Any]]]      # (condition, engine) → one run's metrics per seed
+
+
 def _run(job: tuple[HardwareProfile, str, str, int, float]) -> tuple[str, str, int, dict[str, Any]]:
     hw, cond, engine, seed, tool = job
     rate, dur, sharing, _ = {**CONDITIONS, **C8_CONDITIONS}[cond]

@@ -106,3 +106,28 @@ def test_the_seed_spread_refuses_bad_input_in_one_line(argv, capsys):
     assert S.main(argv) == 2
     out = capsys.readouterr().out
     assert out.startswith("error: ") and out.count("\n") == 1
+
+
+def test_a_fit_on_the_expectation_weighs_each_target_by_its_spread_within_a_floor():
+    from calibrate import l4_spread as S
+    n = 6
+    flat = {k: [1.0] * n for k in [("C1", T.VLLM), ("C2", T.SGLANG), ("r28", T.VLLM), ("r40", T.VLLM),
+                                   ("r40", T.SGLANG)]}
+    runs = _runs({**flat, ("r28", T.SGLANG): [1.0, 1.1, 0.9, 1.2, 0.8, 1.0]})
+    spread = S.log_spread(runs, n)
+    assert spread["C1_vllm_throughput"] == 0.0 and spread["C4_sglang_throughput"] > 0.0
+    assert spread["C5_capacity_gap"] == pytest.approx(spread["C4_sglang_throughput"])   # vLLM's side is flat
+    w = S.weights(spread)
+    names = list(T.TARGETS)
+    assert w.mean() == pytest.approx(1.0)
+    assert w[names.index("C4_sglang_throughput")] < w[names.index("C1_vllm_throughput")]
+    # no spread at all weighs only as much as the floor lets it
+    assert w[names.index("C1_vllm_throughput")] / w[names.index("C4_sglang_throughput")] == pytest.approx(
+        (spread["C4_sglang_throughput"] ** 2 + S.FLOOR ** 2) / S.FLOOR ** 2)
+
+
+@pytest.mark.parametrize("n", ["2", "500"])
+def test_the_fit_refuses_a_bad_seed_count_in_one_line(n, capsys):
+    assert D.main(["--seeds", n]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error: --seeds") and out.count("\n") == 1
