@@ -48,7 +48,7 @@ import numpy as np
 import yaml
 from scipy.optimize import minimize
 
-from calibrate import l4_spread as S
+from calibrate import l4_seeds as S
 from calibrate import l4_targets as T
 from calibrate.fit import dump_profile
 from simulator.profiles import HardwareProfile, load_hardware

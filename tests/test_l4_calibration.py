@@ -84,7 +84,7 @@ def _runs(per_seed: dict[tuple[str, str], list[float]]) -> dict:
 
 
 def test_the_seed_spread_takes_every_three_seeds_and_places_the_published_figure():
-    from calibrate import l4_spread as S
+    from calibrate import l4_seeds as S
     n = 5
     flat = {k: [1.0] * n for k in [("C1", T.VLLM), ("C2", T.SGLANG), ("r28", T.VLLM), ("r40", T.VLLM),
                                    ("r40", T.SGLANG)]}
@@ -109,7 +109,7 @@ def test_the_seed_spread_refuses_bad_input_in_one_line(argv, capsys):
 
 
 def test_a_fit_on_the_expectation_weighs_each_target_by_its_spread_within_a_floor():
-    from calibrate import l4_spread as S
+    from calibrate import l4_seeds as S
     n = 6
     flat = {k: [1.0] * n for k in [("C1", T.VLLM), ("C2", T.SGLANG), ("r28", T.VLLM), ("r40", T.VLLM),
                                    ("r40", T.SGLANG)]}
