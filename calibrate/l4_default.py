@@ -30,7 +30,7 @@ The objective is the sum of squared log errors over C1-C6 (``calibrate.l4_target
 the study's configuration over three seeds, minimised by Nelder-Mead in log-coefficient space. With ``--seeds N``
 (N > 3) it is fitted on the expectation instead: each target over seeds 1..N (its geometric mean, what the mean
 log of every three seeds gives), each squared log error weighted by 1 / (spread² + 3 %²), its spread over three
-seeds taken at the start (``calibrate.l4_spread``) — a published figure is one draw of three runs, and seeds 1-3
+seeds taken at the start (``calibrate.l4_seeds``) — a published figure is one draw of three runs, and seeds 1-3
 another. Reported
 beside it: per-target error, a linearised leave-one-target-out cross-validation (each target predicted by
 the Gauss-Newton refit without it, from the Jacobian at the optimum), C7's counts and C8. Deterministic:
