@@ -107,6 +107,18 @@ def test_api_key_sent_but_never_recorded(tmp_path: Path, monkeypatch):
     assert SECRET not in (tmp_path / "r.jsonl").read_text()
 
 
+def _replay(t, handler, tmp_path: Path, cfg: DispatchConfig) -> list:  # type: ignore[no-untyped-def]
+    """Replay trace t against a mock server answering with ``handler``; the records written."""
+    sink = JsonlSink(tmp_path / "r.jsonl")
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+            await Replay(t, cfg, sink, c).run()
+    asyncio.run(go())
+    sink.close()
+    return read_jsonl(tmp_path / "r.jsonl")
+
+
 def test_replay_keeps_records_when_the_server_fails(tmp_path: Path):
     """Every request of the trace gets a record, whatever the server does, and dependants still run."""
     t = compile_trace(scenario_from_dict({"duration_s": 20, "arrivals": {"kind": "constant", "rate": 0.5},
@@ -120,15 +132,7 @@ def test_replay_keeps_records_when_the_server_fails(tmp_path: Path):
             return httpx.Response(500, text="boom")
         body = json.loads(r.content)
         return httpx.Response(200, content=stream(*[chunk()] * body["max_tokens"], b"data: [DONE]\n\n"))
-    sink = JsonlSink(tmp_path / "r.jsonl")
-    cfg = DispatchConfig(endpoint="http://engine", model="m", warmup=0)
-
-    async def go() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
-            await Replay(t, cfg, sink, c).run()
-    asyncio.run(go())
-    sink.close()
-    rows = read_jsonl(tmp_path / "r.jsonl")
+    rows = _replay(t, handler, tmp_path, DispatchConfig(endpoint="http://engine", model="m", warmup=0))
     assert len(rows) == t.n_requests
     assert {r["error"] for r in rows} == {"", "http_5xx"}
     lag = [r["send_s"] - r["planned_s"] for r in rows]
@@ -161,15 +165,8 @@ def test_a_semaphore_client_sends_at_most_its_limit_at_once(tmp_path: Path):
             live["now"] -= 1              # before the client can read the end, so before its slot frees
             yield b"data: [DONE]\n\n"
         return httpx.Response(200, content=body())
-    sink = JsonlSink(tmp_path / "r.jsonl")
-    cfg = DispatchConfig(endpoint="http://engine", model="m", warmup=0, gc_pacing=False)
-
-    async def go() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
-            await Replay(t, cfg, sink, c).run()
-    asyncio.run(go())
-    sink.close()
-    rows = read_jsonl(tmp_path / "r.jsonl")
+    rows = _replay(t, handler, tmp_path, DispatchConfig(endpoint="http://engine", model="m", warmup=0,
+                                                        gc_pacing=False))
     assert len(rows) == t.n_requests and all(r["ok"] for r in rows)
     assert live["peak"] == 2
 
