@@ -51,3 +51,44 @@ def weights(spread: dict[str, float], floor: float = FLOOR) -> np.ndarray:
     mean of 1 — a figure the seeds move little counts more, but no target more than the model's own error allows."""
     w = np.array([1.0 / (spread[k] ** 2 + floor ** 2) for k in T.TARGETS])
     return w / w.mean()
+
+
+def per_seed(runs: Runs, n: int) -> dict[str, np.ndarray]:
+    """Every target's value on each seed alone (a geometric mean of one run is the run)."""
+    one = [T.achieved({k: [ms[i]] for k, ms in runs.items()}) for i in range(n)]
+    return {k: np.array([o[k] for o in one]) for k in T.TARGETS}
+
+
+def count_law(cond: str) -> float:
+    """The standard deviation of the log of three seeds' mean graph count over its nominal λT: a renewal process
+    of Gamma gaps with coefficient of variation cv counts λT graphs on average with variance cv²·λT."""
+    rate, dur = T.CONDITIONS[cond][:2]
+    return T.ARRIVALS_CV / math.sqrt(rate * dur) / math.sqrt(3)
+
+
+def by_arrivals(runs: Runs, n: int) -> dict[str, dict[str, float]]:
+    """Per target, how it moves with the seed's draw of arrivals, and what the published figure says of the study's.
+
+    Over seeds 1..n, the log of each target on one seed is fitted (least squares) to the log of that seed's graph
+    count over the nominal λT (``arrivals``): ``expected`` is the target at the nominal count (the draw of seeds
+    1..n taken out), ``elasticity`` its slope; ``count_needed`` the count factor, three seeds' geometric mean, at
+    which the fit reaches the published figure, and ``p_count`` the chance that three seeds bring at least that
+    many, or as few where the figure needs fewer (the count's log normal with ``count_law``'s spread; NaN where the
+    target does not move with arrivals)."""
+    if n < 3:
+        raise ValueError("a fit over seeds needs at least three seeds")
+    vals = per_seed(runs, n)
+    out = {}
+    for k, pub in T.TARGETS.items():
+        cond = T.CONDITION_OF[k]
+        x = np.log([ms["arrivals"] for ms in runs[(cond, T.CONDITIONS[cond][3][0])][:n]])
+        y = np.log(vals[k])
+        b, a = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (0.0, float(y.mean()))
+        row = {"published": pub, "expected": round(math.exp(a), 4), "elasticity": round(float(b), 3),
+               "count_needed": math.nan, "p_count": math.nan}
+        if abs(b) >= 0.1:
+            need = (math.log(pub) - a) / b
+            row["count_needed"] = round(math.exp(need), 4)
+            row["p_count"] = round(0.5 * math.erfc(abs(need) / count_law(cond) / math.sqrt(2)), 4)
+        out[k] = row
+    return out

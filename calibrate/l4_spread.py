@@ -1,7 +1,9 @@
 """How far the calibration's three seeds stand from what the profile does on average: every condition of C1-C6
 over seeds 1..N, and for each target the distribution of its value over every three distinct seeds (the study's
 aggregate: a geometric mean of three runs) — its mean, spread, 5th and 95th percentiles, and where the published
-figure falls in it.
+figure falls in it. Then each target against the seeds' draw of arrivals: at the nominal count of graphs (λT), how
+much it moves with the count, and how many graphs three seeds of the study would have had to bring for the profile
+to give the published figure, with the chance of such a draw (``calibrate.l4_seeds.by_arrivals``).
 
     python -m calibrate.l4_spread [--seeds 30] [--workers 2] [--at KEY=VALUE ...]
 
@@ -17,7 +19,7 @@ import argparse
 
 from calibrate import l4_targets as T
 from calibrate.l4_default import HERE, WORKLOAD, parse_at, split
-from calibrate.l4_seeds import spread
+from calibrate.l4_seeds import by_arrivals, spread
 from simulator.profiles import load_hardware
 
 
@@ -43,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     for k, r in spread(runs, a.seeds).items():
         print(f"  {k:22s} {r['published']:9.4f} {r['seeds_1_3']:9.4f} {r['mean']:8.4f} {r['sd_pct']:5.1f} "
               f"{r['p5']:8.4f} {r['p95']:8.4f} {r['published_percentile']:11.1f}%")
+    print(f"\n  {'target':22s} {'published':>9s} {'at nominal count':>16s} {'elasticity':>10s} {'count needed':>12s}"
+          f" {'chance':>7s}")
+    for k, r in by_arrivals(runs, a.seeds).items():
+        print(f"  {k:22s} {r['published']:9.4f} {r['expected']:16.4f} {r['elasticity']:10.3f} "
+              f"{r['count_needed']:12.4f} {r['p_count']:7.3f}")
     return 0
 
 

@@ -60,6 +60,10 @@ TARGETS = {  # published figures C1-C6 (calibration-targets.md)
 }
 THROUGHPUT = ("C1_vllm_throughput", "C4_sglang_throughput", "C5_capacity_gap", "C6_sglang_sustained",
               "C6_vllm_sustained")          # within ±3 %; the rest (latencies) within ±10 %
+CONDITION_OF = {"C1_vllm_throughput": "C1", "C2_sglang_ttft_p50": "C2", "C2_sglang_ttft_p95": "C2",
+                "C2_sglang_e2e_p50": "C2", "C3_vllm_tpot_p50": "r28", "C4_sglang_throughput": "r28",
+                "C5_capacity_gap": "r28", "C6_sglang_sustained": "r40", "C6_vllm_sustained": "r40"}
+ARRIVALS_CV = 1.5              # the study's Gamma gaps (paper-method.md)
 C8 = {("vllm", 0.0): 0.89, ("vllm", 0.95): 0.42, ("sglang", 0.0): 0.87, ("sglang", 0.95): 0.27}
 # condition name → (DAG rate, duration s, σ, engines)
 CONDITIONS = {"C1": (1.0, 600.0, 0.9, (VLLM,)), "C2": (0.12, 900.0, 0.9, (SGLANG,)),
@@ -99,8 +103,10 @@ Runs = dict[tuple[str, str], list[dict[str, Any]]]      # (condition, engine) �
 def _run(job: tuple[HardwareProfile, str, str, int, float]) -> tuple[str, str, int, dict[str, Any]]:
     hw, cond, engine, seed, tool = job
     rate, dur, sharing, _ = {**CONDITIONS, **C8_CONDITIONS}[cond]
-    rec = simulate(study_trace(rate, dur, sharing, seed, tool), engine, hw, overrides=DEFAULTS[engine])
-    return cond, engine, seed, run_metrics(rec)
+    trace = study_trace(rate, dur, sharing, seed, tool)
+    m = run_metrics(simulate(trace, engine, hw, overrides=DEFAULTS[engine]))
+    m["arrivals"] = trace.n_dags / (rate * dur)     # the seed's draw: graphs that arrived over the nominal λT
+    return cond, engine, seed, m
 
 
 def simulate_conditions(hw: HardwareProfile, conditions: dict[str, tuple], workers: int, tool_median_s: float,

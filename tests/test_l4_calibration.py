@@ -131,3 +131,22 @@ def test_the_fit_refuses_a_bad_seed_count_in_one_line(n, capsys):
     assert D.main(["--seeds", n]) == 2
     out = capsys.readouterr().out
     assert out.startswith("error: --seeds") and out.count("\n") == 1
+
+
+def test_each_target_is_read_against_the_seeds_draw_of_arrivals():
+    from calibrate import l4_seeds as S
+    counts = [0.9, 1.0, 1.1, 1.2, 0.95]
+    flat = {k: [1.0] * 5 for k in [("C1", T.VLLM), ("C2", T.SGLANG), ("r28", T.VLLM), ("r40", T.VLLM),
+                                   ("r40", T.SGLANG)]}
+    runs = _runs({**flat, ("r28", T.SGLANG): [1.5 * c for c in counts]})      # keeps pace: X ∝ graphs that came
+    for (cond, _), ms in runs.items():
+        for m, c in zip(ms, counts if cond == "r28" else [1.0] * 5, strict=True):
+            m["arrivals"] = c
+    got = S.by_arrivals(runs, 5)
+    c4 = got["C4_sglang_throughput"]
+    assert c4["expected"] == pytest.approx(1.5) and c4["elasticity"] == pytest.approx(1.0)
+    assert c4["count_needed"] == pytest.approx(1.66 / 1.5, abs=1e-4)
+    sd = 1.5 / math.sqrt(0.28 * 600) / math.sqrt(3)
+    assert c4["p_count"] == pytest.approx(0.5 * math.erfc(math.log(1.66 / 1.5) / sd / math.sqrt(2)), abs=1e-4)
+    assert math.isnan(got["C1_vllm_throughput"]["count_needed"])               # no draw moves a flat target
+    assert got["C5_capacity_gap"]["elasticity"] == pytest.approx(1.0)          # vLLM's side is flat
