@@ -201,7 +201,7 @@ def _write_table(rec: RunRecord, name: str, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
     if name == "requests":
-        cols = {c: np.asarray(t[c]).astype(dt) for c, dt in _request_schema(t).items()}
+        cols = {c: np.asarray(t[c]).astype(dt, copy=False) for c, dt in _request_schema(t).items()}
         cols["error"] = np.array(["" if e is None else str(e) for e in cols["error"]], dtype=object)
         cols["role"] = np.array([str(x) for x in cols["role"]], dtype=object)
     else:
@@ -214,12 +214,15 @@ def _arrow(v: np.ndarray) -> Any:
     int64, float64 (NaN kept), bool (bit-packed) or str (UTF-8 with 32-bit offsets)."""
     import pyarrow as pa
     n = len(v)
-    if v.dtype == object:
-        data = [str(x).encode() for x in v]
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        if n:
-            np.cumsum([len(b) for b in data], out=offsets[1:])
-        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    if v.dtype == object:                 # each distinct string encoded once (a run's roles and errors are few)
+        index: dict[str, int] = {}
+        codes = np.fromiter((index.setdefault(str(x), len(index)) for x in v), np.int32, n)
+        data = [w.encode() for w in index]
+        offsets = np.zeros(len(data) + 1, dtype=np.int32)
+        np.cumsum([len(b) for b in data], out=offsets[1:])
+        words = pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+        keys = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(codes)])
+        return pa.DictionaryArray.from_arrays(keys, words).dictionary_decode()
     if v.dtype == np.bool_:
         return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
     kind = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64()}[v.dtype]

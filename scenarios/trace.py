@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from foundation.errors import TraceError
 from scenarios.manifest import check_manifest
+from scenarios.pool_map import MappedPool, low_water
 
 FORMAT_VERSION = 2          # 2: the manifest's own fields are sealed by digests['manifest']
 ROLE_NAMES = ("planner", "worker", "aggregator", "turn")
@@ -61,6 +62,21 @@ class Trace:
 
     manifest: dict[str, Any]
     arrays: dict[str, np.ndarray]
+    pool_map: MappedPool | None = field(default=None, repr=False, compare=False)   # read from its file: mapped
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "pool_map": None}      # a copy elsewhere holds the pool's tokens themselves
+
+    def done_reading(self, k: int) -> None:
+        """Requests 0..k-1 have read their prompts: where the pool is mapped from its file, the pages no request
+        from k on reads leave this process's memory (scenarios.pool_map)."""
+        pm = self.pool_map
+        if pm is None:
+            return
+        if pm.low_water is None:
+            pm.low_water = low_water(self.arrays["segments"], self.arrays["seg_offsets"], SRC_POOL,
+                                     int(self.arrays["pool"].size))
+        pm.release_below(int(pm.low_water[k]))
 
     # --- shape -----------------------------------------------------------------------------------
     @property
@@ -150,6 +166,17 @@ class Trace:
         o = self.arrays["pred_offsets"]
         return np.flatnonzero(o[1:] == o[:-1])
 
+    def successor_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The dependants of every request in compressed form: request i's are ``index[offsets[i]:offsets[i + 1]]``,
+        in request order (``successors`` as two arrays: 16 bytes per request and edge, not a list each)."""
+        o, idx = self.arrays["pred_offsets"], self.arrays["pred_index"]
+        n = self.n_requests
+        owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(o))
+        order = np.argsort(idx, kind="stable")
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(idx, minlength=n), out=offsets[1:])
+        return offsets, owner[order]
+
     def successors(self) -> list[list[int]]:
         succ: list[list[int]] = [[] for _ in range(self.n_requests)]
         o, idx = self.arrays["pred_offsets"], self.arrays["pred_index"]
@@ -219,21 +246,34 @@ def read_trace(path: str | Path, verify: bool = True) -> Trace:
         raise TraceError("digest", f"{mpath}: its fields do not match the manifest's own SHA-256 (edited by hand "
                          "or by another program); recompile the trace from its scenario")
     arrays: dict[str, np.ndarray] = {}
+    pool: MappedPool | None = None
     for name, (dtype, ndim) in ARRAY_SCHEMA.items():
         f = p / f"{name}.npy"
         if not f.is_file():
             raise TraceError("schema", f"array file {name}.npy is missing")
-        data = f.read_bytes()
-        if verify and sha256(data) != manifest["digests"].get(name):
+        if verify and _file_sha256(f) != manifest["digests"].get(name):
             raise TraceError("digest", f"{name}.npy does not match the SHA-256 in the manifest "
                              "(edited, swapped or truncated)")
-        try:
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as err:
-            raise TraceError("schema", f"{name}.npy is not a readable array: {err}") from None
+        if name == "pool":
+            pool = MappedPool(f)            # read as prompts are issued, not here (scenarios.pool_map)
+            arr = pool.array
+        else:
+            try:
+                arr = np.load(f, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as err:
+                raise TraceError("schema", f"{name}.npy is not a readable array: {err}") from None
         if str(arr.dtype) != dtype or arr.ndim != ndim:
             raise TraceError("schema", f"{name}.npy has dtype {arr.dtype} and {arr.ndim} dims; "
                              f"expected {dtype} with {ndim}")
         arr.setflags(write=False)
         arrays[name] = arr
-    return Trace(manifest=manifest, arrays=arrays)
+    return Trace(manifest=manifest, arrays=arrays, pool_map=pool)
+
+
+def _file_sha256(path: Path) -> str:
+    """A file's SHA-256, read a block at a time (a large pool is never held whole to be hashed)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

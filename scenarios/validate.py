@@ -107,6 +107,9 @@ def check_suffixes(t: Trace) -> None:
         if k in seen:
             raise TraceError("distinct-suffix", f"suffix equals that of request {seen[k]}", i)
         seen[k] = i
+        if i % 4096 == 4095:
+            t.done_reading(i + 1)          # a pool mapped from its file is not held whole (scenarios.pool_map)
+    t.done_reading(t.n_requests)
 
 
 def check_dags(t: Trace) -> None:

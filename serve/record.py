@@ -20,7 +20,8 @@ from scenarios.trace import Trace, seal, write_trace
 from scenarios.validate import CHECKS
 from serve.twin import Twin
 from simulator.cluster_run import _sum_summaries, replica_telemetry
-from simulator.simulate import _chunks_frame, _requests_frame, _versions
+from simulator.request_log import RequestLog
+from simulator.simulate import _versions
 
 KIND = "served"
 
@@ -45,7 +46,8 @@ def lag_summary(lags: list[float]) -> dict[str, float]:
 
 def served_record(twin: Twin, trace: Trace, serve_meta: dict[str, Any]) -> RunRecord:
     reqs = twin.requests
-    frame = _requests_frame(list(reqs), trace)
+    log = RequestLog(trace, record_tokens=True)
+    frame = pd.DataFrame(log.columns(reqs))
     for i, r in enumerate(reqs):
         if r.aborted and not (r.is_finished and not r.error):
             frame.loc[i, "error"] = "aborted by the client"
@@ -73,7 +75,7 @@ def served_record(twin: Twin, trace: Trace, serve_meta: dict[str, Any]) -> RunRe
         meta["cluster"] = {"replicas": len(engines), "engines": engines,
                            "engine_configs": [c.model_dump(mode="json") for c in twin.cfgs], "router": router.name,
                            "router_settings": router.params.model_dump(mode="json"), "per_replica": per}
-    return RunRecord(meta=meta, requests=frame, telemetry=telemetry, chunks=_chunks_frame(list(reqs)))
+    return RunRecord(meta=meta, requests=frame, telemetry=telemetry, chunks=pd.DataFrame(log.chunks()))
 
 
 def write_served(out: str | Path, rec: RunRecord, trace: Trace) -> Path:

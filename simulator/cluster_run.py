@@ -23,7 +23,7 @@ from simulator.presets import check_startup, resolve
 from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from simulator.routers.registry import make_router
 from simulator.schedulers.registry import make_scheduler
-from simulator.simulate import _chunks_frame, _requests_frame, _versions, full_extend_attention, graph_limit
+from simulator.simulate import _versions, full_extend_attention, graph_limit
 from simulator.telemetry import Telemetry
 from simulator.workload import DagDriver
 
@@ -63,7 +63,8 @@ def simulate_cluster(trace: Trace, spec: ClusterSpec, hardware: str | HardwarePr
 def _record(trace: Trace, spec: ClusterSpec, cfgs: list[Any], hw: HardwareProfile, mp: ModelProfile,
             cluster: Cluster, driver: DagDriver, end_s: float, timeout_s: float,
             record_tokens: bool) -> RunRecord:
-    reqs = _requests_frame(driver.requests, trace)
+    live = list(driver.requests.values())
+    reqs = pd.DataFrame(driver.log.columns(live))
     reqs["replica"] = [cluster.where.get(i, -1) for i in range(trace.n_requests)]
     per, frames = replica_telemetry(cluster.replicas, cluster.tel, label=True)
     tel_frame = pd.concat(frames, ignore_index=True).sort_values(["t_s", "replica"], kind="stable")
@@ -83,7 +84,7 @@ def _record(trace: Trace, spec: ClusterSpec, cfgs: list[Any], hw: HardwareProfil
                     "router": router.name, "router_settings": router.params.model_dump(mode="json"),
                     "router_counts": dict(getattr(router, "decisions", {})), "per_replica": per},
     }
-    chunks = _chunks_frame(driver.requests) if record_tokens else None
+    chunks = pd.DataFrame(driver.log.chunks(live)) if record_tokens else None
     return RunRecord(meta=meta, requests=reqs, telemetry=tel_frame.reset_index(drop=True), chunks=chunks)
 
 

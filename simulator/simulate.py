@@ -5,25 +5,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import simpy
 
-from analysis.records import REQUEST_COLUMNS, RunRecord, default_exclusion
+from analysis.records import RunRecord, default_exclusion
 from scenarios.trace import Trace
 from simulator.config import EngineConfig
 from simulator.cost_model import CostModel, extends_whole_sequence
 from simulator.engine import Replica
 from simulator.presets import check_startup, resolve
 from simulator.profiles import HardwareProfile, InstanceCalibration, ModelProfile, load_hardware, load_model
-from simulator.request import Request
 from simulator.schedulers.registry import make_scheduler
 from simulator.telemetry import Telemetry
 from simulator.workload import DagDriver
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def graph_limit(cfg: EngineConfig) -> int:
@@ -33,45 +29,6 @@ def graph_limit(cfg: EngineConfig) -> int:
 def full_extend_attention(cfg: EngineConfig) -> bool:
     """Whether the engine's attention backend attends a prefill chunk over its whole sequence."""
     return extends_whole_sequence(getattr(cfg, "attention_backend", None))
-
-
-def _requests_columns(reqs: list[Request | None], trace: Trace) -> dict[str, np.ndarray]:
-    """requests.parquet's columns (analysis.records.REQUEST_COLUMNS, in order and type)."""
-    a = trace.arrays
-    rows = []
-    lens = trace.prompt_lengths()
-    nan = float("nan")
-    for i, r in enumerate(reqs):
-        if r is None:
-            rows.append((i, int(a["dag"][i]), trace.role_name(i), nan, nan, nan, nan, 0,
-                         int(lens[i]), nan, False, "not issued"))
-            continue
-        ok = r.is_finished and not r.error
-        rows.append((i, r.dag, r.role, r.planned_s, r.send_s, r.first_token_s, r.last_token_s, r.output_len,
-                     r.prompt_len, float(r.cached_tokens) if r.cached_tokens >= 0 else nan, ok,
-                     r.error if not ok else ""))
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(REQUEST_COLUMNS)
-    return {name: np.array(col, dtype=dtype) for (name, dtype), col in zip(REQUEST_COLUMNS.items(), cols, strict=True)}
-
-
-def _requests_frame(reqs: list[Request | None], trace: Trace) -> pd.DataFrame:
-    import pandas as pd
-    return pd.DataFrame(_requests_columns(reqs, trace))
-
-
-def _chunks_columns(reqs: list[Request | None]) -> dict[str, np.ndarray]:
-    ids, ts = [], []
-    for r in reqs:
-        if r is not None and r.token_times:
-            ids.extend([r.idx] * len(r.token_times))
-            ts.extend(r.token_times)
-    return {"request_id": np.asarray(ids, np.int64), "t_s": np.asarray(ts, np.float64),
-            "tokens": np.ones(len(ids), np.int64)}
-
-
-def _chunks_frame(reqs: list[Request | None]) -> pd.DataFrame:
-    import pandas as pd
-    return pd.DataFrame(_chunks_columns(reqs))
 
 
 def run_id_for(trace: Trace, preset: str, cfg: EngineConfig, hw: str, model: str) -> str:
@@ -101,7 +58,8 @@ simulator.fast_forward)."""
     replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every, step_log, fast_forward)
     driver = DagDriver(env, trace, replica.submit, replica.abort, timeout_s, record_tokens)
     env.run()
-    reqs = _requests_columns(driver.requests, trace)      # columns: a DataFrame only when one is asked for
+    live = list(driver.requests.values())
+    reqs = driver.log.columns(live)          # columns: a DataFrame only when one is asked for
     c = sched.counters
     meta = {
         "run_id": run_id_for(trace, engine, cfg, hw.name, mp.name), "source": "sim",
@@ -116,7 +74,7 @@ simulator.fast_forward)."""
     }
     if not (cal := InstanceCalibration.of(hw, sched.family)).is_identity:
         meta["calibration"] = dataclasses.asdict(cal)          # the instance's own scales, as simulated
-    chunks = _chunks_columns(driver.requests) if record_tokens else None
+    chunks = driver.log.chunks(live) if record_tokens else None
     return RunRecord(meta=meta, requests=reqs, telemetry=tel.columns(), chunks=chunks)
 
 

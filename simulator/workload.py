@@ -15,6 +15,7 @@ import simpy
 
 from scenarios.trace import SRC_PREFIX, Trace
 from simulator.request import Request, SharedHead
+from simulator.request_log import RequestLog
 
 
 class DagDriver:
@@ -25,9 +26,9 @@ class DagDriver:
         self.record_tokens = record_tokens
         a = trace.arrays
         self.pending = np.diff(a["pred_offsets"]).astype(np.int64)
-        self.succ = trace.successors()
-        self.requests: list[Request | None] = [None] * trace.n_requests
-        self.planned = np.full(trace.n_requests, np.nan)
+        self.succ_offsets, self.succ_index = trace.successor_arrays()
+        self.requests: dict[int, Request] = {}        # issued and not yet finished: a finished one is its log row
+        self.log = RequestLog(trace, record_tokens)
         self.completed = 0
         self._seq = 0
         self.max_connections = trace.max_connections
@@ -37,6 +38,8 @@ class DagDriver:
         self._connected: set[int] = set()           # requests holding a connection (at the engine)
         F = trace.shared_prefix_len
         self.heads = [SharedHead(F) for _ in range(trace.prefix_groups)] if F else []
+        self._issued = np.zeros(trace.n_requests, bool)
+        self._unissued_from = 0                     # every request below it has been issued (read its prompt)
         env.process(self._arrivals())
 
     def _head(self, i: int) -> SharedHead | None:
@@ -66,16 +69,26 @@ class DagDriver:
     def _issue(self, i: int) -> None:
         a = self.trace.arrays
         now = self.env.now
-        self.planned[i] = now
         r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt(i),
                     int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens, self._head(i))
         self.requests[i] = r
+        self._read(i)
         if self.limit is not None and self.open >= self.limit:
             self.held.append(r)
         else:
             self._connect(r)
         if self.timeout_s > 0 and self.max_concurrency is None:     # a pool's held request was sent: its clock runs
             self.env.timeout(self.timeout_s).callbacks.append(self._aborter(r))
+
+    def _read(self, i: int) -> None:
+        """Request i has read its prompt: the trace may let go of what no later request reads."""
+        self._issued[i] = True
+        k, n = self._unissued_from, self.trace.n_requests
+        while k < n and self._issued[k]:
+            k += 1
+        if k != self._unissued_from:
+            self._unissued_from = k
+            self.trace.done_reading(k)
 
     def _connect(self, r: Request) -> None:
         r.arrival_seq = self._seq                     # the engine's arrival order: when it reaches the engine
@@ -112,8 +125,11 @@ class DagDriver:
             self._connected.discard(r.idx)
             while self.held and (self.limit is None or self.open < self.limit):
                 self._connect(self.held.popleft())
+        self.log.record(r)
+        self.requests.pop(r.idx, None)
         a = self.trace.arrays
-        for s in self.succ[r.idx]:
+        o = self.succ_offsets
+        for s in self.succ_index[o[r.idx]:o[r.idx + 1]].tolist():
             self.pending[s] -= 1
             if self.pending[s] == 0:
                 delay = float(a["delay_s"][s])

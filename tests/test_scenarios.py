@@ -86,6 +86,18 @@ def test_mix_and_dag_context():
     assert len(set(np.bincount(dag))) == 2   # two DAG sizes
 
 
+
+def test_the_successor_arrays_list_each_requests_dependants_in_order():
+    t = compile_trace(scenario_from_dict({
+        "duration_s": 300, "arrivals": {"rate": 0.3},
+        "topology": {"kind": "mix", "items": [{"weight": 1, "topology": {"kind": "fanout", "workers": 3}},
+                                              {"weight": 1, "topology": {"kind": "chain", "turns": 3}}]},
+        "prompts": {"prefix_tokens": 64, "suffix_tokens": 16}}))
+    off, idx = t.successor_arrays()
+    lists = t.successors()
+    assert off[-1] == sum(len(s) for s in lists) == t.arrays["pred_index"].size > 0
+    assert [idx[off[i]:off[i + 1]].tolist() for i in range(t.n_requests)] == lists
+
 def test_determinism_across_processes(tmp_path: Path):
     spec = Path(__file__).parent.parent / "scenarios" / "examples" / "agent-mix.yaml"
     outs = []

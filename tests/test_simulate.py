@@ -124,14 +124,16 @@ def test_every_request_lets_go_of_its_tokens_however_it_ended(engine, monkeypatc
 
     def keep(self, *a, **k):  # type: ignore[no-untyped-def]
         init(self, *a, **k)
+        self.requests = _Kept()
         drivers.append(self)
     monkeypatch.setattr(workload.DagDriver, "__init__", keep)
     t = compile_trace(small_scenario(duration_s=120, arrivals={"rate": 1.5}, prompts={"length": 2048}))
     rec = simulate(t, engine, timeout_s=20.0)
     assert (rec.requests["error"] == "timeout").any() and rec.requests["ok"].any()
     reqs = drivers[0].requests
-    held = [r for r in (reqs.values() if isinstance(reqs, dict) else reqs) if r is not None and r.prompt.size]
-    assert not held
+    assert len(reqs.all) == int(rec.requests["send_s"].notna().sum())   # every issued request passed through
+    assert not dict(reqs)                       # the driver holds none once it finished: each is its log row
+    assert not [r for r in reqs.all if r.prompt.size]
 
 
 def _driver(max_connections: int, service_s: float | None, timeout_s: float,  # type: ignore[no-untyped-def]
@@ -157,9 +159,25 @@ def _driver(max_connections: int, service_s: float | None, timeout_s: float,  # 
                 box["d"].finished(r)
             env.timeout(service_s).callbacks.append(done)
 
-    box["d"] = DagDriver(env, trace, submit, lambda r: None, timeout_s)
+    box["d"] = d = DagDriver(env, trace, submit, lambda r: None, timeout_s)
+    d.requests = _Kept()           # the driver lets go of a finished request: keep every one here
     env.run(until=5000)
-    return trace, box["d"], seen
+    return trace, d, seen
+
+
+class _Kept(dict):
+    """The driver's in-flight requests, with every request ever put there kept in order (as a list)."""
+
+    def __init__(self):  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.all: list = []
+
+    def __setitem__(self, k, v):  # type: ignore[no-untyped-def]
+        super().__setitem__(k, v)
+        self.all.append(v)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.all)
 
 
 def test_the_client_holds_requests_beyond_its_connections_and_their_wait_counts():

@@ -1,16 +1,19 @@
 """Benchmark: simulated seconds per wall second and requests per wall second, one core, on the
 reference rate-sweep condition (λ = 0.28, σ = 0.9, L = 4,096, 600 s), both engines under the study's
-defaults arm; linearity in trace length; peak memory on a 100,000-request trace."""
+defaults arm; linearity in trace length; peak memory of `servetwin simulate --trace` on 10,000 and 100,000
+requests (`bench_simulate.py memory 1000000` for a million: about 8 minutes)."""
 
 from __future__ import annotations
 
 import json
-import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from scenarios import compile_trace, scenario_from_dict
+from scenarios import compile_trace, scenario_from_dict, write_trace
 from simulator import simulate
 
 ENGINES = {"vllm-0.6.3": {"enable_prefix_caching": True, "gpu_memory_utilization": 0.88},
@@ -35,20 +38,33 @@ def speed(duration: float, rate: float = 0.28, repeats: int = 3) -> list[dict]:
     return out
 
 
-def memory_100k() -> dict:
-    t = compile_trace(scenario_from_dict({"duration_s": 16667, "arrivals": {"rate": 1.0},
-                                          "prompts": {"length": 4096, "sharing": 0.9}}))
-    t0 = time.perf_counter()
-    simulate(t, "sglang-0.4.1", hardware="h100", overrides={"mem_fraction_static": 0.85})
-    w = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    return {"bench": "simulate-100k", "requests": t.n_requests, "wall_s": w, "peak_rss_gib": peak}
+def memory(requests: int) -> dict:
+    """Peak memory of ``servetwin simulate --trace`` (validation, simulation, the run written) in its own process,
+    on a compiled trace of about ``requests`` requests (H100, λ = 1 DAG/s, σ 0.9, L 4,096; SGLang 0.4.1). The
+    compile runs here, not in the measured process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t = compile_trace(scenario_from_dict({"duration_s": requests / 6.0, "arrivals": {"rate": 1.0},
+                                              "prompts": {"length": 4096, "sharing": 0.9}}))
+        write_trace(t, Path(tmp) / "trace")
+        n = t.n_requests
+        del t
+        args = ["simulate", "--trace", str(Path(tmp) / "trace"), "--engine", "sglang-0.4.1", "--hardware", "h100",
+                "--set", "mem_fraction_static=0.85", "--out", str(Path(tmp) / "run")]
+        code = ("import resource, sys\nfrom servetwin.cli import main\nrc = main(sys.argv[1:])\n"
+                "print('peak_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+                "raise SystemExit(rc)")
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+        w = time.perf_counter() - t0
+    peak = int(done.stderr.rsplit("peak_kib", 1)[1].split()[0]) / 1024 ** 2
+    return {"bench": "simulate-memory", "requests": n, "wall_s": round(w, 1), "peak_rss_gib": round(peak, 3)}
 
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "speed"
     if what == "memory":
-        print(json.dumps(memory_100k()))
+        for n in [int(x) for x in sys.argv[2:]] or [10_000, 100_000]:
+            print(json.dumps(memory(n)), flush=True)
     else:
         for d in (600.0, 1200.0, 2400.0):
             for row in speed(d):
