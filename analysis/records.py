@@ -220,7 +220,8 @@ def _arrow(v: np.ndarray) -> Any:
         data = [w.encode() for w in index]
         offsets = np.zeros(len(data) + 1, dtype=np.int32)
         np.cumsum([len(b) for b in data], out=offsets[1:])
-        words = pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+        words = pa.Array.from_buffers(pa.string(), len(data),
+                                      [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
         keys = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(codes)])
         return pa.DictionaryArray.from_arrays(keys, words).dictionary_decode()
     if v.dtype == np.bool_:
