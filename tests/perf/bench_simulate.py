@@ -50,9 +50,10 @@ def memory(requests: int) -> dict:
         del t
         args = ["simulate", "--trace", str(Path(tmp) / "trace"), "--engine", "sglang-0.4.1", "--hardware", "h100",
                 "--set", "mem_fraction_static=0.85", "--out", str(Path(tmp) / "run")]
-        code = ("import resource, sys\nfrom servetwin.cli import main\nrc = main(sys.argv[1:])\n"
-                "print('peak_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
-                "raise SystemExit(rc)")
+        # the process's own high-water mark (VmHWM: its memory since exec; ru_maxrss would carry this one's over)
+        code = ("import sys\nfrom servetwin.cli import main\nrc = main(sys.argv[1:])\n"
+                "hwm = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+                "print('peak_kib', hwm, file=sys.stderr)\nraise SystemExit(rc)")
         t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
         w = time.perf_counter() - t0
