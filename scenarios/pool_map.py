@@ -44,11 +44,19 @@ class MappedPool:
             count = int(np.prod(shape)) if shape else 1
             if fortran or offset + count * dtype.itemsize > size:
                 raise TraceError("schema", f"{path.name} is not a readable array: truncated or not C-ordered")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            whole: np.ndarray | None = None
+            try:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size and count else None
+            except (OSError, ValueError):       # a file system that cannot map files: the pool is read whole
+                self._map, whole = None, np.fromfile(f, dtype=dtype, count=count)
         self.offset = offset
         try:
-            self.array = (np.frombuffer(self._map, dtype=dtype, count=count, offset=offset).reshape(shape)
-                          if self._map is not None and count else np.zeros(shape, dtype))
+            if whole is not None:
+                self.array = whole.reshape(shape)
+            elif self._map is not None:
+                self.array = np.frombuffer(self._map, dtype=dtype, count=count, offset=offset).reshape(shape)
+            else:
+                self.array = np.zeros(shape, dtype)
         except ValueError as err:
             raise TraceError("schema", f"{path.name} is not a readable array: {err}") from None
         self.released = 0                   # bytes of the map let go of, from its start, in the current pass

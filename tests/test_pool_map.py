@@ -67,3 +67,15 @@ def test_the_low_water_mark_is_the_lowest_pool_token_any_later_request_reads():
               for i in range(t.n_requests)]
     assert low.tolist() == [min(starts[k:], default=size) for k in range(t.n_requests + 1)]
     assert low[-1] == size and (np.diff(low) >= 0).all()
+
+
+def test_where_the_file_system_cannot_map_the_pool_is_read_whole(on_disk, monkeypatch, tmp_path):
+    t, _ = on_disk
+
+    def refuse(*a, **k):  # type: ignore[no-untyped-def]
+        raise OSError("mmap not supported")
+    monkeypatch.setattr(pool_map.mmap, "mmap", refuse)
+    back = read_trace(tmp_path / "t")
+    assert back.pool_map is not None and back.pool_map.released == 0
+    back.done_reading(back.n_requests)                     # nothing mapped: nothing to let go of
+    assert all(np.array_equal(back.prompt(i), t.prompt(i)) for i in range(t.n_requests))
