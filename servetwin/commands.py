@@ -398,12 +398,14 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 def cmd_engines(a: argparse.Namespace) -> int:
     from simulator.presets import PRESETS, kv_capacity_tokens, parse_overrides, resolve
     from simulator.profiles import GIB, load_hardware, load_model
+    if a.set and not a.engine:
+        raise SpecError("--set needs --engine: overrides are one preset's knobs, named as that engine names them")
     hw, m = load_hardware(a.hardware), load_model(a.model)
     names = [a.engine] if a.engine else list(PRESETS)
     print(f"# {hw.name}: {hw.memory_cuda_gib:.2f} GiB (CUDA), model {m.name}: weights "
           f"{m.weight_bytes / GIB:.2f} GiB, KV {m.kv_bytes_per_token() // 1024} KiB/token, context {a.context}")
     for n in names:
-        cfg = resolve(n, hw, m, a.context, parse_overrides(a.set) if a.engine else None)
+        cfg = resolve(n, hw, m, a.context, parse_overrides(a.set) if a.set else None)
         fields = ", ".join(f"{k}={v!r}" for k, v in cfg.model_dump().items())
         print(f"{n}: KV capacity {kv_capacity_tokens(cfg)} tokens\n  resolved: {fields}")
     return 0

@@ -88,6 +88,10 @@ def test_simulate_analyze_engines_cost(tmp_path: Path):
     r = cli("engines", "--hardware", "l4", "--context", "16384")
     assert "sglang-0.4.1" in r.stdout and "chunked_prefill_size=2048" in r.stdout and "cuda_graph_max_bs=8" in r.stdout
     assert "max_num_batched_tokens=16384" in r.stdout and "enable_chunked_prefill=False" in r.stdout
+    r = cli("engines", "--engine", "vllm-0.6.3", "--set", "gpu_memory_utilization=0.88")
+    assert r.returncode == 0 and "gpu_memory_utilization=0.88" in r.stdout and "num_gpu_blocks=1291" in r.stdout
+    r = cli("engines", "--set", "gpu_memory_utilization=0.88")          # which preset's knob? one line, exit 2
+    assert r.returncode == 2 and "--set needs --engine" in r.stderr and r.stderr.count("\n") == 1
     r = cli("cost", "--prefill", "4096", "--decode", "16x2048")
     assert r.returncode == 0 and "compute" in r.stdout and "overhead" in r.stdout
 
