@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from analysis.redact import redact
 from analysis.run_meta import RunMeta
+from foundation.digests import file_sha256
 from foundation.errors import ServetwinError
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def write_run(rec: RunRecord, out: str | Path, extra: dict[str, bytes] | None = 
             (tmp / name).write_bytes(data)
         meta = {"schema_version": SCHEMA_VERSION, **json.loads(json.dumps(meta, default=_json_default))}
         typed_meta({**meta, "digests": {}}, f"{out}/run.json")     # a writer's mistake, before anything lands
-        meta["digests"] = {**{f.name: _file_sha(f) for f in sorted(tmp.iterdir()) if f.name != "run.json"},
+        meta["digests"] = {**{f.name: file_sha256(f) for f in sorted(tmp.iterdir()) if f.name != "run.json"},
                            "engine_config": _json_sha(meta["engine_config"]), "run.json": _json_sha(meta)}
         (tmp / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     rec.meta = meta
@@ -228,14 +229,6 @@ def _arrow(v: np.ndarray) -> Any:
         return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
     kind = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64()}[v.dtype]
     return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(np.ascontiguousarray(v))])
-
-
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _json_sha(obj: Any) -> str:
@@ -337,7 +330,7 @@ def _verify(p: Path, meta: dict[str, Any]) -> None:
         f = p / name
         if not f.is_file():
             raise RecordError(f"{p}: {name} is missing (run.json names it)")
-        if _file_sha(f) != dig[name]:
+        if file_sha256(f) != dig[name]:
             raise RecordError(f"{p}/{name}: does not match the SHA-256 in run.json (edited, damaged or "
                               "truncated); re-run the record")
 

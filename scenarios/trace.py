@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from foundation.digests import file_sha256
 from foundation.errors import TraceError
 from scenarios.manifest import check_manifest
 from scenarios.pool_map import MappedPool, low_water
@@ -251,7 +252,7 @@ def read_trace(path: str | Path, verify: bool = True) -> Trace:
         f = p / f"{name}.npy"
         if not f.is_file():
             raise TraceError("schema", f"array file {name}.npy is missing")
-        if verify and _file_sha256(f) != manifest["digests"].get(name):
+        if verify and file_sha256(f) != manifest["digests"].get(name):
             raise TraceError("digest", f"{name}.npy does not match the SHA-256 in the manifest "
                              "(edited, swapped or truncated)")
         if name == "pool":
@@ -268,12 +269,3 @@ def read_trace(path: str | Path, verify: bool = True) -> Trace:
         arr.setflags(write=False)
         arrays[name] = arr
     return Trace(manifest=manifest, arrays=arrays, pool_map=pool)
-
-
-def _file_sha256(path: Path) -> str:
-    """A file's SHA-256, read a block at a time (a large pool is never held whole to be hashed)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

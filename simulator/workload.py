@@ -81,7 +81,10 @@ class DagDriver:
             self.env.timeout(self.timeout_s).callbacks.append(self._aborter(r))
 
     def _read(self, i: int) -> None:
-        """Request i has read its prompt: the trace may let go of what no later request reads."""
+        """Request i has read its prompt: the trace may let go of what no later request reads (only a pool mapped
+        from its file has anything to let go of)."""
+        if self.trace.pool_map is None:
+            return
         self._issued[i] = True
         k, n = self._unissued_from, self.trace.n_requests
         while k < n and self._issued[k]:

@@ -3,9 +3,9 @@ Traces that ``simulate``, ``sweep``, ``compare`` and ``live run`` replay unchang
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+from foundation.digests import file_sha256
 from scenarios.importers.build import ImportOptions, build, check_order, select
 from scenarios.importers.readers import BLOCK, READERS
 from scenarios.importers.rows import Row, TraceImportError
@@ -14,14 +14,6 @@ from scenarios.trace import Trace, seal, write_trace
 
 __all__ = ["BLOCK", "FORMATS", "ImportOptions", "Row", "TraceImportError", "import_trace"]
 FORMATS = (*READERS, "sharegpt")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def import_trace(path: str | Path, opt: ImportOptions, out: str | Path | None = None) -> Trace:
@@ -37,7 +29,7 @@ def import_trace(path: str | Path, opt: ImportOptions, out: str | Path | None = 
     else:
         rows = READERS[opt.fmt](p)
     check_order(rows, str(p))
-    opt = ImportOptions(**{**opt.__dict__, "source": p.name, "source_sha256": _sha256(p)})
+    opt = ImportOptions(**{**opt.__dict__, "source": p.name, "source_sha256": file_sha256(p)})
     trace = build(select(rows, opt), opt, len(rows))
     for check in CHECKS.values():
         check(trace)
