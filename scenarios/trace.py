@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from foundation.digests import file_sha256
-from foundation.errors import TraceError
+from foundation.errors import SpecError, TraceError
 from scenarios.manifest import check_manifest
 from scenarios.pool_map import MappedPool, low_water
 
@@ -230,6 +230,8 @@ def read_trace(path: str | Path, verify: bool = True) -> Trace:
     """Load a trace directory; with ``verify`` every array's SHA-256 must match the manifest."""
     p = Path(path)
     mpath = p / "manifest.json"
+    if not p.exists():
+        raise SpecError(f"{p}: no such trace directory")
     if not mpath.is_file():
         raise TraceError("manifest", f"{p} has no manifest.json (is it a trace directory?)")
     try:

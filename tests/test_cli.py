@@ -43,6 +43,11 @@ def test_tampered_trace_exits_1_naming_the_check(tmp_path: Path):
     r = cli("trace", "validate", str(d))
     assert r.returncode == 1 and "digest" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+    # a path that is not there is bad input (exit 2), not a trace that failed a check
+    sim = ("simulate", "--out", str(tmp_path / "r"), "--engine", "vllm-0.6.3", "--trace")
+    for args in (("trace", "validate"), ("trace", "show"), sim):
+        r = cli(*args, str(tmp_path / "absent"))
+        assert r.returncode == 2 and "no such trace directory" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 @pytest.mark.parametrize("content, needle", [
