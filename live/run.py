@@ -158,7 +158,8 @@ def build_record(trace: Trace, rows: list[dict[str, Any]], meta: dict[str, Any],
     lag = (sent["send_s"] - sent["planned_s"]).dropna()
     meta = {**meta, "status": meta.get("status", "complete"),
             "passed": bool(share >= PASS_FRACTION and meta.get("status", "complete") == "complete"),
-            "success_fraction": share, "errors_by_kind": errors, "telemetry_summary": tm.summary(tel),
+            "success_fraction": share, "errors_by_kind": errors,
+            "telemetry_summary": tm.summary(tel, float(trace.scenario["duration_s"])),
             "dispatch_lag_s": {"p50": float(lag.quantile(0.5)) if len(lag) else math.nan,
                                "p99": float(lag.quantile(0.99)) if len(lag) else math.nan,
                                "max": float(lag.max()) if len(lag) else math.nan}}

@@ -99,9 +99,11 @@ def frame(rows: list[tuple[float, ...]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols)
 
 
-def summary(df: pd.DataFrame) -> dict[str, Any]:
+def summary(df: pd.DataFrame, window_s: float | None = None) -> dict[str, Any]:
     """Peaks and means of gauges; deltas of cumulative counters over the run (the counters count since
-    the engine started, so only their change belongs to this run)."""
+    the engine started, so only their change belongs to this run); with ``window_s`` (the trace's duration T)
+    also the KV and waiting peaks and the preemptions of the samples within the run window (``*_window``, as
+    the simulator keeps them)."""
     if df.empty:
         return {"kv_usage_peak": math.nan, "kv_usage_mean": math.nan, "preemptions": 0, "prefix_hit_tokens": 0,
                 "prefix_query_tokens": 0, "prefix_hit_fraction": math.nan, "samples": 0}
@@ -113,7 +115,17 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     return {"kv_usage_peak": float(df["kv_usage"].max()), "kv_usage_mean": float(df["kv_usage"].mean()),
             "waiting_peak": float(df["waiting"].max()), "running_peak": float(df["running"].max()),
             "preemptions": delta("preemptions"), "prefix_hit_tokens": hits, "prefix_query_tokens": queries,
-            "prefix_hit_fraction": hits / queries if queries else math.nan, "samples": int(len(df))}
+            "prefix_hit_fraction": hits / queries if queries else math.nan, "samples": int(len(df)),
+            **_window(df, window_s)}
+
+
+def _window(df: pd.DataFrame, window_s: float | None) -> dict[str, Any]:
+    w = df[df["t_s"] <= window_s] if window_s is not None else df.iloc[:0]
+    if w.empty:
+        return {}
+    p = w["preemptions"].dropna()
+    return {"kv_usage_peak_window": float(w["kv_usage"].max()), "waiting_peak_window": float(w["waiting"].max()),
+            "preemptions_window": float(p.iloc[-1] - p.iloc[0]) if len(p) > 1 else 0.0}
 
 
 async def prometheus_range(client: httpx.AsyncClient, base: str, start_unix: float, end_unix: float,

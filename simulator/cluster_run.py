@@ -41,7 +41,7 @@ def simulate_cluster(trace: Trace, spec: ClusterSpec, hardware: str | HardwarePr
         check_startup(cfg, longest)
     router = make_router(spec.router, dict(spec.router_settings), spec.replicas, trace.seed)
     env = simpy.Environment()
-    tels = [Telemetry(telemetry_interval_s) for _ in cfgs]
+    tels = [Telemetry(telemetry_interval_s, float(trace.scenario["duration_s"])) for _ in cfgs]
     cluster: Cluster
     replicas: list[Replica] = []
     for cfg, tel in zip(cfgs, tels, strict=True):
@@ -110,7 +110,16 @@ def _sum_summaries(per: list[dict[str, float]]) -> dict[str, float]:
             "waiting_peak": max(p["waiting_peak"] for p in per), "running_peak": max(p["running_peak"] for p in per),
             "preemptions": sum(p["preemptions"] for p in per), "prefix_hit_tokens": hits,
             "prefix_query_tokens": queries, "prefix_hit_fraction": hits / queries if queries else 0.0,
-            "steps": sum(p["steps"] for p in per)}
+            "steps": sum(p["steps"] for p in per), **_sum_windows(per)}
+
+
+def _sum_windows(per: list[dict[str, float]]) -> dict[str, float]:
+    """The replicas' run-window figures, combined as the whole run's are (peaks: the largest; counts: the sum)."""
+    if not all("preemptions_window" in p for p in per):
+        return {}
+    return {"kv_usage_peak_window": max(p["kv_usage_peak_window"] for p in per),
+            "waiting_peak_window": max(p["waiting_peak_window"] for p in per),
+            "preemptions_window": sum(p["preemptions_window"] for p in per)}
 
 
 def _run_id(trace: Trace, spec: ClusterSpec, cfgs: list[Any], hw: str, model: str) -> str:

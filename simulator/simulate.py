@@ -53,7 +53,7 @@ simulator.fast_forward)."""
     sched = make_scheduler(cfg)
     cost = CostModel(hw, mp, sched.family, cfg.tensor_parallel_size, graph_limit(cfg), full_extend_attention(cfg))
     env = simpy.Environment()
-    tel = Telemetry(telemetry_interval_s)
+    tel = Telemetry(telemetry_interval_s, float(trace.scenario["duration_s"]))
     driver: DagDriver
     replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every, step_log, fast_forward)
     driver = DagDriver(env, trace, replica.submit, replica.abort, timeout_s, record_tokens)

@@ -2,6 +2,11 @@
 
 Peaks and time-weighted means are exact (every step counts); the stored series is thinned to one
 sample per ``interval_s`` of simulated time, like a Prometheus scrape.
+
+The run window: a run's arrivals span ``window_s`` (the trace's duration T), and the simulation goes on until
+every request issued has finished (the drain). The study pulled the engine's series for the run window
+(docs/cost-model.md, "The run window"), so the peaks and the preemption counter are also kept as they stood at
+the last step that ended within it (``*_window`` in the summary).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ _TYPES = (np.float64, np.float64, np.int64, np.int64, np.int64, np.int64, np.int
 
 
 class Telemetry:
-    def __init__(self, interval_s: float = 1.0):
+    def __init__(self, interval_s: float = 1.0, window_s: float | None = None):
         self.interval_s = interval_s
+        self.window_s = window_s
+        self.window = (0.0, 0, 0)       # within the window: KV peak, waiting peak, preemptions at its last step
         self.rows: list[tuple[float, float, int, int, int, int, int]] = []
         self._next = 0.0
         self.peak_kv = 0.0
@@ -39,6 +46,8 @@ class Telemetry:
         self.peak_kv = max(self.peak_kv, kv)
         self.peak_waiting = max(self.peak_waiting, waiting)
         self.peak_running = max(self.peak_running, running)
+        if self.window_s is not None and t <= self.window_s:
+            self.window = (self.peak_kv, self.peak_waiting, preemptions)
         if t >= self._next:
             self.rows.append((t, kv, waiting, running, preemptions, hits, queries))
             self._next = t + self.interval_s
@@ -62,4 +71,12 @@ class Telemetry:
                 "kv_usage_mean": self._area / self._last_t if self._last_t > 0 else 0.0,
                 "waiting_peak": self.peak_waiting, "running_peak": self.peak_running,
                 "preemptions": preemptions, "prefix_hit_tokens": hits, "prefix_query_tokens": queries,
-                "prefix_hit_fraction": hits / queries if queries else 0.0, "steps": self.steps}
+                "prefix_hit_fraction": hits / queries if queries else 0.0, "steps": self.steps,
+                **self.window_summary()}
+
+    def window_summary(self) -> dict[str, float]:
+        """KV peak, waiting peak and preemptions within the run window (nothing when no window was given)."""
+        if self.window_s is None:
+            return {}
+        kv, waiting, preemptions = self.window
+        return {"kv_usage_peak_window": kv, "waiting_peak_window": waiting, "preemptions_window": preemptions}
