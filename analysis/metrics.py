@@ -74,6 +74,12 @@ def _q(s: np.ndarray, q: float) -> float:
     return float(np.percentile(v, q * 100)) if len(v) else float("nan")
 
 
+def _count(v: Any) -> float:
+    """A counted figure as a whole number, NaN where the engine did not count it."""
+    v = float(v)
+    return int(v) if np.isfinite(v) else float("nan")
+
+
 def run_metrics(rec: RunRecord) -> dict[str, Any]:
     """A run's metrics from its request columns (``RunRecord.column``: no DataFrame is built)."""
     k = int(rec.meta.get("exclusion", {}).get("exclude_first_dags", 1))
@@ -106,8 +112,8 @@ def run_metrics(rec: RunRecord) -> dict[str, Any]:
         "keeps_pace_realised": bool(realised > 0 and x >= KEEPS_PACE * realised),
         "kv_peak": float(tel.get("kv_usage_peak_window", tel.get("kv_usage_peak", np.nan))),
         "kv_peak_run": float(tel.get("kv_usage_peak", np.nan)), "kv_mean": float(tel.get("kv_usage_mean", np.nan)),
-        "preemptions": int(tel.get("preemptions_window", tel.get("preemptions", 0))),
-        "preemptions_run": int(tel.get("preemptions", 0)),
+        "preemptions": _count(tel.get("preemptions_window", tel.get("preemptions", 0))),
+        "preemptions_run": _count(tel.get("preemptions", 0)),
         "prefix_hit_fraction": float(tel.get("prefix_hit_fraction", np.nan)),
         "tail_ratio": _q(ttft, 0.95) / _q(ttft, 0.5) if len(ttft) else float("nan"),
         "ln_ttft_skew": skewness(ln) if len(ln) > 2 else float("nan"),

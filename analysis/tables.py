@@ -80,7 +80,8 @@ def absolute_table(rt: pd.DataFrame) -> pd.DataFrame:
         row["seeds_keeping_pace_realised"] = f"{int(g['keeps_pace_realised'].sum())}/{len(g)}"
         row["kv_peak"] = float(g["kv_peak"].mean())
         row["preemptions"] = float(g["preemptions"].mean())
-        row["preemptions_max"] = int(g["preemptions"].max())
+        top = g["preemptions"].max()                    # NaN where the engine counts none (SGLang 0.4.1 live)
+        row["preemptions_max"] = int(top) if pd.notna(top) else float("nan")
         row["prefix_hit_fraction"] = float(g["prefix_hit_fraction"].mean())
         out.append(row)
     return pd.DataFrame(out)

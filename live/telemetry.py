@@ -105,16 +105,14 @@ def summary(df: pd.DataFrame, window_s: float | None = None) -> dict[str, Any]:
     also the KV and waiting peaks and the preemptions of the samples within the run window (``*_window``, as
     the simulator keeps them)."""
     if df.empty:
-        return {"kv_usage_peak": math.nan, "kv_usage_mean": math.nan, "preemptions": 0, "prefix_hit_tokens": 0,
+        return {"kv_usage_peak": math.nan, "kv_usage_mean": math.nan, "preemptions": math.nan, "prefix_hit_tokens": 0,
                 "prefix_query_tokens": 0, "prefix_hit_fraction": math.nan, "samples": 0}
 
-    def delta(col: str) -> float:
-        s = df[col].dropna()
-        return float(s.iloc[-1] - s.iloc[0]) if len(s) > 1 else 0.0
-    hits, queries = delta("prefix_hit_tokens"), delta("prefix_query_tokens")
+    hits, queries = _delta(df["prefix_hit_tokens"], 0.0), _delta(df["prefix_query_tokens"], 0.0)
     return {"kv_usage_peak": float(df["kv_usage"].max()), "kv_usage_mean": float(df["kv_usage"].mean()),
             "waiting_peak": float(df["waiting"].max()), "running_peak": float(df["running"].max()),
-            "preemptions": delta("preemptions"), "prefix_hit_tokens": hits, "prefix_query_tokens": queries,
+            "preemptions": _delta(df["preemptions"], math.nan), "prefix_hit_tokens": hits,
+            "prefix_query_tokens": queries,
             "prefix_hit_fraction": hits / queries if queries else math.nan, "samples": int(len(df)),
             **_window(df, window_s)}
 
@@ -123,9 +121,17 @@ def _window(df: pd.DataFrame, window_s: float | None) -> dict[str, Any]:
     w = df[df["t_s"] <= window_s] if window_s is not None else df.iloc[:0]
     if w.empty:
         return {}
-    p = w["preemptions"].dropna()
     return {"kv_usage_peak_window": float(w["kv_usage"].max()), "waiting_peak_window": float(w["waiting"].max()),
-            "preemptions_window": float(p.iloc[-1] - p.iloc[0]) if len(p) > 1 else 0.0}
+            "preemptions_window": _delta(w["preemptions"], math.nan)}
+
+
+def _delta(col: pd.Series, missing: float) -> float:
+    """A counter's change over the samples; ``missing`` where the engine exports no such counter (preemptions:
+    NaN, since SGLang 0.4.1 has no retraction counter — unknown, not zero)."""
+    s = col.dropna()
+    if s.empty:
+        return missing
+    return float(s.iloc[-1] - s.iloc[0])
 
 
 async def prometheus_range(client: httpx.AsyncClient, base: str, start_unix: float, end_unix: float,

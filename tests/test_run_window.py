@@ -46,3 +46,17 @@ def test_a_live_summary_takes_the_samples_within_the_window():
     assert (s["kv_usage_peak_window"], s["waiting_peak_window"], s["preemptions_window"]) == (0.4, 2.0, 1.0)
     assert (s["kv_usage_peak"], s["preemptions"]) == (0.9, 5.0)
     assert "preemptions_window" not in live_telemetry.summary(df)
+    # an engine that exports no preemption counter (SGLang 0.4.1: no retraction counter): unknown, not zero
+    s = live_telemetry.summary(df.assign(preemptions=np.nan), window_s=10.0)
+    assert np.isnan(s["preemptions"]) and np.isnan(s["preemptions_window"])
+
+
+def test_the_absolute_table_keeps_an_uncounted_figure_unknown():
+    from analysis.tables import LATENCY, absolute_table
+    row = {"condition": "c", "arm": "a", "config": "sglang", "engine": "sglang-0.4.1", "throughput": 1.0,
+           "offered_load": 1.0, "realised_load": 1.0, "keeps_pace_realised": True, "kv_peak": 0.5,
+           "prefix_hit_fraction": 0.9, **{m: 1.0 for m in LATENCY}}
+    t = absolute_table(pd.DataFrame([{**row, "preemptions": np.nan}, {**row, "preemptions": np.nan}]))
+    assert np.isnan(t["preemptions"].iloc[0]) and np.isnan(t["preemptions_max"].iloc[0])
+    t = absolute_table(pd.DataFrame([{**row, "preemptions": 2}, {**row, "preemptions": 5}]))
+    assert t["preemptions_max"].iloc[0] == 5 and t["preemptions"].iloc[0] == 3.5
