@@ -54,9 +54,29 @@ class Telemetry:
 
     def sample_many(self, times: list[float], kvs: list[float], waiting: int, running: int, preemptions: int,
                     hits: int, queries: int) -> None:
-        """``sample`` at each of several step ends with the same queue depths and counters (a decode run)."""
+        """``sample`` at each of several step ends with the same queue depths and counters (a decode run): the
+        same operations in the same order, the per-step bookkeeping kept in locals."""
+        if not times:
+            return
+        self.steps += len(times)
+        self.peak_waiting = max(self.peak_waiting, waiting)
+        self.peak_running = max(self.peak_running, running)
+        area, last_t, last_kv, peak = self._area, self._last_t, self._last_kv, self.peak_kv
+        nxt, interval, rows = self._next, self.interval_s, self.rows
+        end = self.window_s if self.window_s is not None else -1.0
+        win = None
         for t, kv in zip(times, kvs, strict=True):
-            self.sample(t, kv, waiting, running, preemptions, hits, queries)
+            area += last_kv * (t - last_t)
+            last_t, last_kv = t, kv
+            peak = max(peak, kv)
+            if t <= end:
+                win = peak
+            if t >= nxt:
+                rows.append((t, kv, waiting, running, preemptions, hits, queries))
+                nxt = t + interval
+        self._area, self._last_t, self._last_kv, self.peak_kv, self._next = area, last_t, last_kv, peak, nxt
+        if win is not None:
+            self.window = (win, self.peak_waiting, preemptions)
 
     def columns(self) -> dict[str, np.ndarray]:
         cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(TELEMETRY_COLUMNS)
