@@ -11,6 +11,14 @@ Eviction order by variant (see docs/engines.md):
 - ``v1`` (vLLM V1 free-block queue): blocks join the queue's tail when freed, a request's blocks in
   reverse order (deepest first); allocation takes from the head.
 
+Shared heads (a speed-up, exact): the full blocks of a prefix group's shared prompt head (``Request.head``) are
+held by every running request of the group. While one such table holds them, they are held as one
+``HeadHold``: one reference on each head block for all of the group's tables together, a count of the tables and
+the latest time any of them touched the head. A table admitted while the hold stands takes it without walking the
+head's blocks; the last table to let it go releases the head's blocks as its own free would, the touch times
+applied first (they decide the eviction order only once a block is unreferenced). Blocks, references, hits and
+eviction order are those of the per-block walk (``tests/test_golden_grid.py``, ``check_integrity``).
+
 Contract: ``free + evictable + used == num_blocks`` always; a referenced block is never evicted;
 ``check_integrity()`` verifies both.
 """
@@ -18,44 +26,12 @@ Contract: ``free + evictable + used == num_blocks`` always; a referenced block i
 from __future__ import annotations
 
 import heapq
-import math
-from dataclasses import dataclass
-from enum import Enum
 from typing import cast
 
+from simulator.block_table import AllocStatus, CachedBlock, HeadHold, SeqBlocks, check_references
 from simulator.request import Request
 
-
-class AllocStatus(Enum):
-    OK = 0
-    LATER = 1
-    NEVER = 2
-
-
-class CachedBlock:
-    __slots__ = ("refcount", "last_access", "depth", "computed_step", "version")
-
-    def __init__(self, depth: int, step: int, now: float):
-        self.refcount = 1
-        self.last_access = now
-        self.depth = depth
-        self.computed_step = step
-        self.version = 0
-
-
-@dataclass(slots=True)
-class SeqBlocks:
-    """A sequence's block table: the hashes of its cached full blocks, then ``n_private`` blocks."""
-
-    hashes: list[int]
-    n_private: int
-    last_access: float = 0.0   # when the sequence was last scheduled; written to its blocks at free
-    computed_run: int = 0      # leading blocks known computed before computed_run_step (a memo)
-    computed_run_step: int = -1
-
-    @property
-    def num_blocks(self) -> int:
-        return len(self.hashes) + self.n_private
+__all__ = ["AllocStatus", "BlockCache", "evictable_among", "share_hits"]
 
 
 class BlockCache:
@@ -73,6 +49,7 @@ class BlockCache:
         self._seq = 0
         self.hit_blocks = 0      # cumulative block-granular lookups, as vLLM's hit-rate metric
         self.query_blocks = 0
+        self.holds: dict[object, HeadHold] = {}     # a shared head (Request.head) → its hold, while one stands
 
     # --- counts ----------------------------------------------------------------------------------
     @property
@@ -158,43 +135,67 @@ class BlockCache:
             hashes = req.block_hashes(n_full, self.block_size)
             table.hashes = hashes
             self.query_blocks += n_full
-            cached = self.cached
-            blks = list(map(cached.get, hashes))
-            lead = blks.index(None) if None in blks else n_full
-            # the leading run of hits takes no fresh block, so nothing is evicted while it is referenced
-            revived = 0
-            for blk in cast("list[CachedBlock]", blks[:lead]):
-                if blk.refcount == 0:
-                    revived += 1
-                    blk.version += 1
-                blk.refcount += 1
-                blk.last_access = now
-            self._num_evictable -= revived
-            self.hit_blocks += lead
-            # after the first miss, in order: a fresh block may evict a later block of this very table, so a
-            # run of misses takes its blocks at once (none of them can be evicted) and what follows is looked
-            # up after
-            i = lead
-            while i < n_full:
-                h = hashes[i]
-                if h in cached:
-                    self.hit_blocks += 1
-                    self._ref(h, now)
-                    i += 1
-                    continue
-                j = i + 1
-                while j < n_full and hashes[j] not in cached:
-                    j += 1
-                self._take_fresh_many(j - i)
-                for d in range(i, j):
-                    cached[hashes[d]] = CachedBlock(d + 1, step, now)
-                i = j
+            head = self._head_of(req, n_full)
+            hold = self.holds.get(head[0]) if head is not None else None
+            start = 0
+            if hold is not None:                       # the head is held, hence cached: take the hold
+                hold.tables += 1
+                hold.last_access = max(hold.last_access, now)
+                self.hit_blocks += len(hold.hashes)
+                table.hold, start = hold, len(hold.hashes)
+            self._share_or_take(hashes, start, step, now)
+            if head is not None and hold is None:      # this table's head blocks become the group's hold
+                own = hashes[:head[1]]
+                table.hold = self.holds[head[0]] = HeadHold(head[0], own, now,
+                                                            max(self.cached[h].computed_step for h in own))
         n_private = n_total - len(table.hashes)
         self._take_fresh_many(n_private)
         self.private_used += n_private
         table.n_private += n_private
         req.engine = table
         return table
+
+    def _head_of(self, req: Request, n_full: int) -> tuple[object, int] | None:
+        """req's shared head (the key of its hold) and its number of full blocks (at least one), or None."""
+        if req.head is None:
+            return None
+        lead, _ = req.head.chain(req.prompt, self.block_size)
+        return (req.head, len(lead)) if 0 < len(lead) <= n_full else None
+
+    def _share_or_take(self, hashes: list[int], start: int, step: int, now: float) -> None:
+        """Reference hashes[start:]: cached blocks are shared, the others take fresh blocks."""
+        cached = self.cached
+        n_full = len(hashes)
+        blks = list(map(cached.get, hashes[start:]))
+        lead = start + (blks.index(None) if None in blks else len(blks))
+        # the leading run of hits takes no fresh block, so nothing is evicted while it is referenced
+        revived = 0
+        for blk in cast("list[CachedBlock]", blks[:lead - start]):
+            if blk.refcount == 0:
+                revived += 1
+                blk.version += 1
+            blk.refcount += 1
+            blk.last_access = now
+        self._num_evictable -= revived
+        self.hit_blocks += lead - start
+        # after the first miss, in order: a fresh block may evict a later block of this very table, so a
+        # run of misses takes its blocks at once (none of them can be evicted) and what follows is looked
+        # up after
+        i = lead
+        while i < n_full:
+            h = hashes[i]
+            if h in cached:
+                self.hit_blocks += 1
+                self._ref(h, now)
+                i += 1
+                continue
+            j = i + 1
+            while j < n_full and hashes[j] not in cached:
+                j += 1
+            self._take_fresh_many(j - i)
+            for d in range(i, j):
+                cached[hashes[d]] = CachedBlock(d + 1, step, now)
+            i = j
 
     def computed_prefix_tokens(self, req: Request, step: int, cap_tokens: int) -> int:
         """Tokens whose KV can be skipped: the leading run of blocks computed in an earlier step,
@@ -205,6 +206,8 @@ class BlockCache:
         # earlier step still holds, so the scan resumes where it stopped (a long chunked prompt would
         # otherwise rescan every block for every chunk).
         n = min(table.computed_run, usable) if step >= table.computed_run_step >= 0 else 0
+        if table.hold is not None and table.hold.computed_step < step:     # a held head: every block computed
+            n = max(n, min(len(table.hold.hashes), usable))
         cached, hashes = self.cached, table.hashes
         while n < usable and cached[hashes[n]].computed_step < step:
             n += 1
@@ -264,7 +267,7 @@ class BlockCache:
         seq = self._seq
         run: list[tuple[float, int, int, int, int]] = []
         last1, last2 = -1.0, 0
-        for h in reversed(table.hashes):
+        for h in reversed(self._released(table, when)):
             blk = cached[h]
             blk.refcount -= 1
             if blk.last_access < when:
@@ -286,6 +289,22 @@ class BlockCache:
         self.free_hashless += table.n_private
         req.engine = None
 
+    def _released(self, table: SeqBlocks, when: float) -> list[int]:
+        """The hashes whose reference a table's free lets go of: all of them, or past its head while other tables
+        of the group still hold it; the last one releases the head, its blocks touched as the group touched it."""
+        hold = table.hold
+        if hold is None:
+            return table.hashes
+        hold.tables -= 1
+        hold.last_access = max(hold.last_access, when)
+        if hold.tables:
+            return table.hashes[len(hold.hashes):]
+        for h in hold.hashes:
+            blk = self.cached[h]
+            blk.last_access = max(blk.last_access, hold.last_access)
+        del self.holds[hold.key]
+        return table.hashes
+
     def touch(self, req: Request, now: float) -> None:
         """``access_all_blocks_in_seq``: remember when the sequence was scheduled (O(1); the time
         reaches its blocks when they are freed, the only moment the evictor can see them)."""
@@ -302,23 +321,7 @@ class BlockCache:
         total = self.free_hashless + evictable + refd + self.private_used
         assert total == self.num_blocks, f"free+evictable+used {total} != {self.num_blocks}"
         if live is not None:
-            refs: dict[int, int] = {}
-            priv = 0
-            for r in live:
-                t: SeqBlocks | None = r.engine
-                if t is None:
-                    continue
-                priv += t.n_private
-                for h in t.hashes:
-                    assert h in self.cached, "a live sequence references an evicted block"
-                    refs[h] = refs.get(h, 0) + 1
-            assert priv == self.private_used, f"private blocks {priv} != {self.private_used}"
-            for h, b in self.cached.items():
-                assert b.refcount == refs.get(h, 0), "refcount differs from live references"
-
-
-def blocks_needed(n_tokens: int, block_size: int) -> int:
-    return math.ceil(n_tokens / block_size)
+            check_references(self.cached, self.holds, self.private_used, live)
 
 
 def share_hits(cache: BlockCache, req: Request, n_blocks: int, now: float) -> SeqBlocks:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from simulator.block_cache import BlockCache
 from simulator.radix_cache import RadixCache
-from simulator.request import Request
+from simulator.request import Request, SharedHead
 
 
 def req(i: int, toks) -> Request:  # type: ignore[no-untyped-def]
@@ -200,11 +200,17 @@ class _LruReference:
         self.free += n_private
 
 
+HEADS = ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [7] * 8)
+
+
 @settings(max_examples=300, deadline=None)
-@given(variant=st.sampled_from(["v0", "v1"]), data=st.data())
-def test_block_evictor_takes_blocks_in_the_reference_order(variant, data):
-    bs, nb = 2, 16
+@given(variant=st.sampled_from(["v0", "v1"]), held=st.booleans(), data=st.data())
+def test_block_evictor_takes_blocks_in_the_reference_order(variant, held, data):
+    """Blocks leave in the reference's order, whether the requests that carry a whole shared head take it through
+    the group's hold (``held``) or block by block; touches move a table's release time."""
+    bs, nb = 2, 24
     c, ref = BlockCache(nb, bs, True, variant), _LruReference(nb, variant)
+    shared = [SharedHead(len(h)) for h in HEADS]
     live: list[Request] = []
     for step in range(data.draw(st.integers(5, 60))):
         now = float(step // 3)                         # operations share instants
@@ -212,18 +218,24 @@ def test_block_evictor_takes_blocks_in_the_reference_order(variant, data):
             r = live.pop(data.draw(st.integers(0, len(live) - 1)))
             ref.release(list(r.engine.hashes), r.engine.n_private, max(r.engine.last_access, 0.0))
             c.free(r, now)
+        elif live and data.draw(st.booleans()):
+            c.touch(live[data.draw(st.integers(0, len(live) - 1))], now)
         else:
-            head = data.draw(st.sampled_from([[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [7] * 8]))
-            toks = head[:data.draw(st.integers(0, 8))] + data.draw(st.lists(st.integers(10, 13), max_size=10))
+            k = data.draw(st.integers(0, len(HEADS) - 1))
+            cut = data.draw(st.one_of(st.just(8), st.integers(0, 8)))       # whole heads often
+            toks = HEADS[k][:cut] + data.draw(st.lists(st.integers(10, 13), max_size=6))
             n = len(toks)
             if not n or c.blocks_for(n) > c.num_free:
                 continue
-            r = req(step, toks)
+            r = Request(step, 0, "worker", np.asarray(toks, dtype=np.int32), 4, 0.0, 0.0, step,
+                        head=shared[k] if held and cut == 8 else None)
             c.allocate(r, n, step, now)
             ref.allocate(list(r.engine.hashes), r.engine.n_private, now)
             live.append(r)
         assert set(c.cached) == set(ref.cached)
+        assert c.num_evictable == sum(1 for b in ref.cached.values() if b[0] == 0)
         c.check_integrity(live)
+    assert not held or all(h.tables > 0 for h in c.holds.values())
 
 
 @settings(max_examples=200, deadline=None)
@@ -250,3 +262,21 @@ def test_radix_match_holds_while_its_path_is_unchanged(ops):
                 v, again = tree.version, []
                 m, node = tree.match_prefix(k, t, None, None, again)
                 assert tree.version == v and m == n and again == path and node is path[-1]
+
+
+def test_a_held_head_saves_compute_only_from_the_step_after_it_was_computed():
+    c, head = BlockCache(40, 4, True, "v0"), SharedHead(12)
+    prompt = list(range(12))
+    a, b, d = (Request(i, 0, "worker", np.asarray(prompt + [50 + i] * 5, dtype=np.int32), 4, 0.0, 0.0, i, head=head)
+               for i in range(3))
+    c.allocate(a, 17, step=3, now=1.0)
+    c.allocate(b, 17, step=3, now=1.0)                # joins a's hold in the step that computes the head
+    assert b.engine.hold is a.engine.hold and a.engine.hold.tables == 2
+    assert c.computed_prefix_tokens(b, 3, 17) == 0    # same-step hits save nothing
+    c.allocate(d, 17, step=4, now=2.0)
+    assert c.computed_prefix_tokens(d, 4, 17) == 12   # the head's 3 blocks, never the table's last
+    c.check_integrity([a, b, d])
+    for r in (a, b, d):
+        c.free(r, now=3.0)
+    assert not c.holds and c.num_evictable == 6 and all(blk.refcount == 0 for blk in c.cached.values())
+    c.check_integrity([])
