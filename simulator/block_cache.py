@@ -78,20 +78,22 @@ class BlockCache:
     # fresh block takes the head of the lowest run and goes on along that run while its next key stays below every
     # other run's head, so blocks leave in exactly the order one heap entry per block would give. Entries of
     # blocks referenced again since (their version moved) are skipped when reached.
-    def _take_fresh(self) -> None:
-        """Take one block for new content: a content-less one, else evict a cached one."""
-        self._take_fresh_many(1)
-
     def _take_fresh_many(self, n: int) -> None:
-        """``_take_fresh`` n times: content-less blocks first, then evictions in order."""
+        """Take n blocks for new content: content-less blocks first, then evictions in order."""
         k = min(n, self.free_hashless)
         self.free_hashless -= k
         need = n - k
-        heap, cached, pop, push = self._heap, self.cached, heapq.heappop, heapq.heappush
+        if not need:
+            return
+        heap, cached = self._heap, self.cached
         while need:
             if not heap:
                 raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
-            _, _, _, run, pos = pop(heap)
+            _, _, _, run, pos = heap[0]
+            # the lowest head among the other runs: one of the root's children
+            other = heap[1][:3] if len(heap) > 1 else None
+            if other is not None and len(heap) > 2 and heap[2][:3] < other:
+                other = heap[2][:3]
             end = len(run)
             while pos < end:
                 _, _, _, h, ver = run[pos]
@@ -103,10 +105,12 @@ class BlockCache:
                     need -= 1
                     if not need:
                         break
-                if pos < end and heap and run[pos][:3] > heap[0][:3]:
+                if pos < end and other is not None and run[pos][:3] > other:
                     break
-            if pos < end:
-                push(heap, (*run[pos][:3], run, pos))
+            if pos < end:                   # the run goes on from pos: its entry moves (keys are unique)
+                heapq.heapreplace(heap, (*run[pos][:3], run, pos))
+            else:
+                heapq.heappop(heap)
 
     # --- admission and allocation ----------------------------------------------------------------
     def can_allocate(self, n_tokens: int, watermark: int) -> AllocStatus:
@@ -230,9 +234,8 @@ class BlockCache:
         """Grow req's table so it covers n_tokens_after tokens (allocating a block when the tail is full)."""
         table: SeqBlocks = req.engine
         grow = -(-n_tokens_after // self.block_size) - len(table.hashes) - table.n_private
-        for _ in range(grow):
-            self._take_fresh()
         if grow > 0:
+            self._take_fresh_many(grow)
             self.private_used += grow
             table.n_private += grow
 
