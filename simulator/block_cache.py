@@ -223,7 +223,8 @@ class BlockCache:
         if not self.prefix_caching:
             return 0
         n = 0
-        for h in req.block_hashes(n_tokens // self.block_size, self.block_size):
+        n_full = n_tokens // self.block_size
+        for h in req.hash_memo(n_full, self.block_size)[:n_full]:
             if h not in self.cached:
                 break
             n += 1
@@ -246,7 +247,7 @@ class BlockCache:
         n_full = n_tokens // self.block_size
         if len(table.hashes) >= n_full or table.n_private == 0 or not self.prefix_caching:
             return
-        hs = req.block_hashes(n_full, self.block_size)
+        hs = req.hash_memo(n_full, self.block_size)
         while len(table.hashes) < n_full and table.n_private > 0:
             depth = len(table.hashes) + 1
             h = hs[depth - 1]
@@ -342,5 +343,5 @@ def evictable_among(cache: BlockCache, req: Request, n_blocks: int) -> int:
     """How many of req's first n_blocks cached blocks sit unreferenced (taking them uses free room)."""
     if not n_blocks:
         return 0
-    hs = req.block_hashes(n_blocks, cache.block_size)
+    hs = req.hash_memo(n_blocks, cache.block_size)[:n_blocks]
     return sum(1 for h in hs if cache.cached[h].refcount == 0)

@@ -101,7 +101,12 @@ class Request:
         return np.concatenate([self.prompt, gen])
 
     def block_hashes(self, n_blocks: int, block_size: int) -> list[int]:
-        """Chained hashes of the first n full blocks (memoised; extended as outputs grow)."""
+        """Chained hashes of the first n full blocks (a list of the caller's own)."""
+        return self.hash_memo(n_blocks, block_size)[:n_blocks]
+
+    def hash_memo(self, n_blocks: int, block_size: int) -> list[int]:
+        """The memo of chained block hashes, covering at least the first n full blocks (extended as outputs grow):
+        read it, never change it."""
         h = self._hashes
         if h is None or self._hash_bs != block_size:
             full = max(n_blocks, self.prompt_len // block_size)
@@ -121,7 +126,7 @@ class Request:
                 st = chain_states(toks, block_size, self._states)
                 h.extend(finish(st).tolist())
                 self._states = int(st[-1])
-        return h[:n_blocks]
+        return h
 
     # --- events ----------------------------------------------------------------------------------
     def emit_token(self, now: float) -> None:

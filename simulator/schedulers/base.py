@@ -137,7 +137,7 @@ class BlockSchedulerBase(SchedulerBase):
             have = len(r.engine.hashes)
             full = (r.num_computed + steps) // bs
             if full > have:
-                hs = r.block_hashes(full, bs)
+                hs = r.hash_memo(full, bs)
                 if any(int(h) in cached for h in hs[have:full]):
                     return False
         return True
