@@ -66,7 +66,8 @@ class RunMeta(_Open):
     offered_load_rps: float = Field(description="requests per second the trace offers (NaN for probes)")
     run_window: RunWindow
     exclusion: Exclusion
-    telemetry_summary: dict[str, Any] = Field(description="KV peak, preemptions, prefix hits over the run")
+    telemetry_summary: dict[str, Any] = Field(description="KV peak, preemptions, prefix hits over the run; KV and "
+                                              "waiting peaks and preemptions within the run window T (*_window)")
     versions: dict[str, str] = Field(description="servetwin's and its key libraries' versions")
     digests: dict[str, str] = Field(description="file → SHA-256, plus engine_config and run.json")
 
