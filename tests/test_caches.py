@@ -280,3 +280,25 @@ def test_a_held_head_saves_compute_only_from_the_step_after_it_was_computed():
         c.free(r, now=3.0)
     assert not c.holds and c.num_evictable == 6 and all(blk.refcount == 0 for blk in c.cached.values())
     c.check_integrity([])
+
+
+def test_a_run_is_the_same_with_and_without_head_holds(monkeypatch):
+    """Whole runs with prefix groups and preemptions (small pools), vLLM 0.6.3 unchunked and chunked: the same
+    requests, times and telemetry whether shared heads are held or walked block by block."""
+    import pandas as pd
+
+    from scenarios import compile_trace
+    from simulator import simulate
+    from tests.conftest import small_scenario
+    trace = compile_trace(small_scenario(duration_s=90, arrivals={"rate": 1.2},
+                                         prompts={"length": 1024, "sharing": 0.9, "prefix_groups": 3}))
+    for over in ({"enable_prefix_caching": True, "num_gpu_blocks": 260},
+                 {"enable_prefix_caching": True, "num_gpu_blocks": 260, "enable_chunked_prefill": True,
+                  "max_num_batched_tokens": 512}):
+        held = simulate(trace, "vllm-0.6.3", overrides=over, context=2048, check_every=1)
+        with monkeypatch.context() as m:
+            m.setattr(BlockCache, "_head_of", lambda self, req, n_full: None)
+            walked = simulate(trace, "vllm-0.6.3", overrides=over, context=2048, check_every=1)
+        assert held.meta["telemetry_summary"]["preemptions"] > 0
+        pd.testing.assert_frame_equal(pd.DataFrame(held.requests), pd.DataFrame(walked.requests))
+        pd.testing.assert_frame_equal(pd.DataFrame(held.telemetry), pd.DataFrame(walked.telemetry))
