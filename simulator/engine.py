@@ -58,6 +58,15 @@ class _Run:
     kv: list[float]
 
 
+@dataclass(slots=True)
+class _Final:
+    """A run's last step, in which requests finish: applied up to its tokens; the scheduler completes it when it
+    ends (``complete``), as a step-by-step run would."""
+
+    step: Step
+    step_id: int
+
+
 class Replica:
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, telemetry: Telemetry,
                  on_finish: Callable[[Request], None], check_every: int = 0,
@@ -83,6 +92,7 @@ class Replica:
         self._run: _Run | None = None            # a decode run under way, applied when it ends or is cut
         self._resume_at = 0.0                    # a cut run: when the step in progress ends
         self._owed: float | None = None          # a cut run: that step's KV usage, sampled when it ends
+        self._final: _Final | None = None         # a run's finishing step, completed when it ends
         self._proc = env.process(self._loop())
 
     def submit(self, req: Request) -> None:
@@ -227,7 +237,8 @@ class Replica:
 
     def _ride(self, run: _Run):  # type: ignore[no-untyped-def]
         """Wait out a decode run: to its end, or, cut by ``settle``, to the end of the step then in progress;
-        then take the telemetry sample of the run's last applied step (after whatever arrived meanwhile)."""
+        then take the telemetry sample of the run's last applied step (after whatever arrived meanwhile), or
+        complete it where requests finish in it."""
         self._run = run
         try:
             yield self.env.timeout(run.times[-1] - self.env.now)
@@ -235,9 +246,23 @@ class Replica:
         except simpy.Interrupt:
             if self.env.now < self._resume_at:
                 yield self.env.timeout(self._resume_at - self.env.now)
+        if self._final is not None:
+            self._complete_final(self._final)
+            return
         assert self._owed is not None
         self._sample(self._owed)
         self._owed = None
+
+    def _complete_final(self, final: _Final) -> None:
+        """The run's finishing step ends: the scheduler completes it (tokens, finishes, frees), then the
+        telemetry sample and the deliveries, as the step-by-step loop does."""
+        self._final = self._owed = None
+        done = self.sched.complete(final.step, self.env.now, final.step_id)
+        self._sample(self.sched.kv_usage())
+        if self.check_every and self.step_id % self.check_every == 0:
+            self.sched.check_integrity()
+        for r in done:
+            self._deliver(r)
 
     def _take_run(self) -> _Run | None:
         """The decode run the scheduler would take next, priced to its end (None: no run of two steps or more).
@@ -272,7 +297,9 @@ class Replica:
         self._run = None
         self._resume_at = run.times[k]
         self._owed = run.kv[k - 1]
-        self.sched.apply_decode_run(run.plan, k, run.times, self.step_id)  # type: ignore[attr-defined]
+        last = self.sched.apply_decode_run(run.plan, k, run.times, self.step_id)  # type: ignore[attr-defined]
+        if last is not None:                     # its k-th step finishes requests: completed when it ends
+            self._final = _Final(last, self.step_id + k - 1)
         c = self.sched.counters
         for dur in run.durs[:k]:
             self.busy_s += dur

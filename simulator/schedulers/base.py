@@ -161,8 +161,9 @@ class BlockDecodeRun:
     fill length + i − 1 tokens; every growth check must find a block beyond ``reserve`` (vLLM V0 wants one
     free block before every append, V1 only the blocks it takes)."""
 
-    def __init__(self, sched: BlockSchedulerBase, steps: int, reserve: int):
+    def __init__(self, sched: BlockSchedulerBase, steps: int, reserve: int, finish: bool = False):
         self.sched, self.steps, self.reserve = sched, steps, reserve
+        self.finish = finish                 # requests finish in its last step (completed by ``complete``)
         self.reqs = list(sched.running)
         self.ctx0 = sum(r.num_computed for r in self.reqs)
         n = len(self.reqs)

@@ -438,32 +438,38 @@ class SglangScheduler(SchedulerBase):
     def decode_run(self) -> SgDecodeRun | None:
         """The pure-decode run the next steps would be: nothing waits to be received, admitted (none waits,
         or the batch is full until a request leaves), chunked, released or put in the tree; every decode's
-        slots are free without eviction; none finishes. An inline forward (a CPU) streams each step late:
-        step by step there."""
+        slots are free without eviction; none finishes before its last step. An inline forward (a CPU) streams
+        each step late: step by step there."""
         run = self.running
         bs = len(run)
         if (not bs or self.inline or self.inbox or self.being_chunked is not None or self.lame_ducks or self.unfull_in
                 or self.unprocessed or (self.waiting and not self.batch_is_full)
                 or any(r.in_prefill for r in run)):
             return None
-        steps = min(min(r.max_tokens - r.output_len for r in run) - 1, self.available // bs)
-        return SgDecodeRun(self, steps) if steps >= 2 else None
+        first_done = min(r.max_tokens - r.output_len for r in run)
+        steps = min(first_done, self.available // bs)
+        return SgDecodeRun(self, steps, steps == first_done) if steps >= 2 else None
 
-    def apply_decode_run(self, plan: SgDecodeRun, k: int, times: list[float], step_id: int) -> None:
-        end = times[k]
+    def apply_decode_run(self, plan: SgDecodeRun, k: int, times: list[float], step_id: int) -> Step | None:
+        """Apply the first k steps (slots, ``new_token_ratio``); where the k-th is the run's last and requests
+        finish in it, its tokens are left to ``complete``: the step is returned for it."""
+        final = plan.finish and k == plan.steps
+        t = k - 1 if final else k                      # steps whose tokens are emitted here
+        end = times[t]
         for r in plan.reqs:
             r.engine.kv_len += k
-            r.num_computed += k
-            r.output_len += k
+            r.num_computed += t
+            r.output_len += t
             r.last_token_s = end
             if r.token_times is not None:
-                r.token_times.extend(times[1:k + 1])
+                r.token_times.extend(times[1:t + 1])
         n = len(plan.reqs)
         self.available -= n * k
         self.private += n * k
         for _ in range(k):
             self.ratio = max(self.ratio - self.decay, self.min_ratio)
         self._last_step_at = times[k - 1]
+        return Step("decode", [(r, 1) for r in plan.reqs], BatchShape(decodes=n)) if final else None
 
     def abort(self, r: Request, now: float) -> None:
         """The client gave up (request timeout): drop r and free its private slots (its cached prefix
@@ -504,10 +510,11 @@ class SglangScheduler(SchedulerBase):
 
 
 class SgDecodeRun:
-    """An SGLang decode run (simulator.fast_forward.DecodeRun): each step takes one slot per request."""
+    """An SGLang decode run (simulator.fast_forward.DecodeRun): each step takes one slot per request; with
+    ``finish`` requests finish in its last step."""
 
-    def __init__(self, sched: SglangScheduler, steps: int):
-        self.steps = steps
+    def __init__(self, sched: SglangScheduler, steps: int, finish: bool):
+        self.steps, self.finish = steps, finish
         self.reqs = list(sched.running)
         self.ctx0 = sum(r.num_computed for r in self.reqs)
         self._total, self._ev = sched.total, sched.tree.evictable_size

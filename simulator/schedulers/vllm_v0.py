@@ -245,25 +245,29 @@ class VllmV0Scheduler(BlockSchedulerBase):
             return None
         if not self._head_waits(budget_left, n):
             return None
-        steps = min(r.max_tokens - r.output_len for r in run) - 1
-        return BlockDecodeRun(self, steps, reserve=1) if steps >= 2 else None
+        steps = min(r.max_tokens - r.output_len for r in run)         # requests finish in the last
+        return BlockDecodeRun(self, steps, reserve=1, finish=True) if steps >= 2 else None
 
-    def apply_decode_run(self, plan: BlockDecodeRun, k: int, times: list[float], step_id: int) -> None:
+    def apply_decode_run(self, plan: BlockDecodeRun, k: int, times: list[float], step_id: int) -> Step | None:
         """Apply k steps of the run: ``times[i]`` is when step i ended (times[0]: when the run started),
-        step i's id is step_id + i − 1."""
+        step i's id is step_id + i − 1. Where the k-th is the run's last, in which requests finish, it is
+        applied up to its tokens and returned for ``complete`` (promotion, the finished requests' free)."""
         bs, cache = self.cache.block_size, self.cache
-        last_start, end = times[k - 1], times[k]
+        final = plan.finish and k == plan.steps
+        t = k - 1 if final else k                      # steps whose tokens are emitted here
+        last_start, end = times[k - 1], times[t]
         for r in plan.reqs:
             nc0 = r.num_computed
             cache.append_slot(r, r.fill_len + k - 1, step_id, last_start)
-            r.num_computed = nc0 + k
-            r.output_len += k
+            r.num_computed = nc0 + t
+            r.output_len += t
             r.last_token_s = end
             if r.token_times is not None:
-                r.token_times.extend(times[1:k + 1])
+                r.token_times.extend(times[1:t + 1])
             if cache.prefix_caching:
-                for d in range(len(r.engine.hashes) + 1, (nc0 + k) // bs + 1):
+                for d in range(len(r.engine.hashes) + 1, (nc0 + t) // bs + 1):
                     i = max(d * bs - nc0, 1)                      # the step that filled block d
                     cache.promote_full_blocks(r, d * bs, step_id + i - 1, times[i])
             r.engine.last_access = last_start
+        return Step("decode", [(r, 1) for r in plan.reqs], BatchShape(decodes=len(plan.reqs))) if final else None
 
