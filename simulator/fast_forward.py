@@ -11,7 +11,8 @@ promotions at the step and time they happen), instead of K scheduler passes over
 Each engine family states when its next steps are such a run (``decode_run``) and applies the first k of them
 (``apply_decode_run``); a family without them runs step by step. A run may end with the step in which its first
 requests finish (vLLM 0.6.3, SGLang): that step is applied up to its tokens and completed by the scheduler's own
-``complete`` when it ends (finishes, frees, deliveries, its telemetry sample), as a step-by-step run would. The replica prices a run to its end and waits;
+``complete`` when it ends (finishes, frees, deliveries, its telemetry sample), as a step-by-step run would.
+The replica prices a run to its end and waits;
 events elsewhere on the clock (another replica's steps, a tool call, a delivery) leave it alone. When something
 acts on or reads the engine before the run ends — a request handed to it, a client abort, a router scraping its
 metrics — the replica first applies the run up to the step then in progress (``Replica.settle``) and resumes
