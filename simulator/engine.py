@@ -222,13 +222,18 @@ class Replica:
             if self.front is not None:
                 self._stream(step)
             self.step_id += 1
-            self._sample(sched.kv_usage())
-            if self.check_every and self.step_id % self.check_every == 0:
-                sched.check_integrity()
-                if self.front is not None:
-                    self.front.check_integrity()
-            for r in done:
-                self._deliver(r)
+            self._after_step(done)
+
+    def _after_step(self, done: list[Request]) -> None:
+        """A completed step's telemetry sample, the periodic integrity check, then its finished requests'
+        deliveries."""
+        self._sample(self.sched.kv_usage())
+        if self.check_every and self.step_id % self.check_every == 0:
+            self.sched.check_integrity()
+            if self.front is not None:
+                self.front.check_integrity()
+        for r in done:
+            self._deliver(r)
 
     def _sample(self, kv: float) -> None:
         c = self.sched.counters
@@ -257,12 +262,7 @@ class Replica:
         """The run's finishing step ends: the scheduler completes it (tokens, finishes, frees), then the
         telemetry sample and the deliveries, as the step-by-step loop does."""
         self._final = self._owed = None
-        done = self.sched.complete(final.step, self.env.now, final.step_id)
-        self._sample(self.sched.kv_usage())
-        if self.check_every and self.step_id % self.check_every == 0:
-            self.sched.check_integrity()
-        for r in done:
-            self._deliver(r)
+        self._after_step(self.sched.complete(final.step, self.env.now, final.step_id))
 
     def _take_run(self) -> _Run | None:
         """The decode run the scheduler would take next, priced to its end (None: no run of two steps or more).
