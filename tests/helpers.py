@@ -81,3 +81,14 @@ def vllm_step_log(log: list, lag_s: float = 0.0) -> str:
         lines.append(vllm_line(e["t1"] + lag_s, k, len(pre), sum(r[1] for r in pre), len(e["reqs"]) - len(pre),
                                (e["t1"] - e["t0"]) * 1000))
     return "\n".join(lines) + "\n"
+
+
+def mixed_trace(turns: int) -> Trace:
+    """300 s at 0.3 DAG/s of fanouts (2 workers) and chains of ``turns`` mixed half and half, 64-token prefix,
+    16-token suffixes, 32 tokens of DAG context: prompts from every kind of pool segment."""
+    from scenarios import compile_trace, scenario_from_dict
+    return compile_trace(scenario_from_dict({
+        "duration_s": 300, "arrivals": {"rate": 0.3},
+        "topology": {"kind": "mix", "items": [{"weight": 1, "topology": {"kind": "fanout", "workers": 2}},
+                                              {"weight": 1, "topology": {"kind": "chain", "turns": turns}}]},
+        "prompts": {"prefix_tokens": 64, "suffix_tokens": 16, "dag_context_tokens": 32}}))

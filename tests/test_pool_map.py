@@ -8,10 +8,11 @@ import pickle
 import numpy as np
 import pytest
 
-from scenarios import compile_trace, pool_map, read_trace, scenario_from_dict, validate_trace, write_trace
+from scenarios import compile_trace, pool_map, read_trace, validate_trace, write_trace
 from scenarios.trace import SRC_POOL
 from simulator import simulate
 from tests.conftest import small_scenario
+from tests.helpers import mixed_trace
 
 
 @pytest.fixture
@@ -55,11 +56,7 @@ def test_a_run_from_a_mapped_and_released_pool_is_the_run_from_memory(on_disk):
 
 
 def test_the_low_water_mark_is_the_lowest_pool_token_any_later_request_reads():
-    t = compile_trace(scenario_from_dict({
-        "duration_s": 300, "arrivals": {"rate": 0.3},
-        "topology": {"kind": "mix", "items": [{"weight": 1, "topology": {"kind": "fanout", "workers": 2}},
-                                              {"weight": 1, "topology": {"kind": "chain", "turns": 3}}]},
-        "prompts": {"prefix_tokens": 64, "suffix_tokens": 16, "dag_context_tokens": 32}}))
+    t = mixed_trace(3)
     segs, off = t.arrays["segments"], t.arrays["seg_offsets"]
     size = int(t.arrays["pool"].size)
     low = pool_map.low_water(segs, off, SRC_POOL, size)

@@ -13,6 +13,7 @@ from scipy import stats
 from scenarios import SpecError, compile_trace, read_trace, scenario_from_dict, validate_trace
 from scenarios.trace import prefix_digest
 from tests.conftest import small_scenario
+from tests.helpers import mixed_trace
 
 
 def test_sigma_exact_and_layout():
@@ -73,11 +74,7 @@ def test_chain_prompts_accumulate_history():
 
 
 def test_mix_and_dag_context():
-    t = compile_trace(scenario_from_dict({
-        "duration_s": 300, "arrivals": {"rate": 0.3},
-        "topology": {"kind": "mix", "items": [{"weight": 1, "topology": {"kind": "fanout", "workers": 2}},
-                                              {"weight": 1, "topology": {"kind": "chain", "turns": 2}}]},
-        "prompts": {"prefix_tokens": 64, "suffix_tokens": 16, "dag_context_tokens": 32}}))
+    t = mixed_trace(2)
     validate_trace(t)
     dag = t.arrays["dag"]
     same = np.flatnonzero(dag == dag[0])
