@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-client bench-peers install clean engine prometheus gpu-probe
+.PHONY: demo test lint bench bench-client bench-peers install native clean engine prometheus gpu-probe
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,21 +14,29 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# The simulator's hot modules compiled by mypyc (simulator/native.py: used only while built from the current
+# sources, same results as the sources); rebuilt when a simulator source changes; skipped, saying why, without a
+# C compiler
+NATIVE := simulator/_native/manifest.json
+native: $(NATIVE)
+$(NATIVE): $(STAMP) $(wildcard simulator/*.py simulator/schedulers/*.py simulator/routers/*.py)
+	$(BIN)/python -m simulator.native_build
+
+demo: $(STAMP) $(NATIVE)
 	$(BIN)/servetwin paper --quick --out servetwin-out
 
-test: $(STAMP) engine engine-sglang prometheus checkov router
-	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
+test: $(STAMP) $(NATIVE) engine engine-sglang prometheus checkov router
+	SERVETWIN_EXPECT_NATIVE=1 $(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy foundation scenarios simulator analysis paper_figures calibrate live serve servetwin
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(BIN)/python tests/perf/run_all.py
 
 # Vidur beside servetwin on Vidur's workload (VIDUR_SRC: a microsoft/vidur checkout with its profiling data)
-bench-peers: $(STAMP)
+bench-peers: $(STAMP) $(NATIVE)
 	PYTHONPATH=. $(BIN)/python tests/perf/bench_vidur.py
 
 # a real client (vllm bench serve, from vLLM's CPU build) against servetwin serve
@@ -41,7 +49,7 @@ gpu-probe:
 	$(PY) -m calibrate.gpu_probe --out $(if $(OUT),$(OUT)/gpu-probe,gpu-probe-out) $(GPU_PROBE_ARGS)
 
 clean:
-	rm -rf $(VENV) servetwin-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) servetwin-out simulator/_native .pytest_cache .mypy_cache .ruff_cache
 
 # The real engine (vLLM CPU build) in its own virtual environment: it pins its own torch and numba.
 ENGINE_VENV ?= .engine-venv

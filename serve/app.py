@@ -23,7 +23,8 @@ from aiohttp import web
 from serve.clock import VirtualClock
 from serve.metrics import Gauges, ReplicaStats, exposition
 from serve.tokens import FILLER, PromptError, Tokens
-from serve.twin import ServedRequest, Twin, TwinSpec
+from serve.twin import Twin, TwinSpec
+from simulator.request import Request
 
 DONE = b"data: [DONE]\n\n"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -39,6 +40,7 @@ class Server:
                  tokenizer: str | None = None, default_max_tokens: int = 16, check_every: int = 0):
         self.spec = spec
         self.twin = Twin(spec, self._token, check_every)
+        self.twin.on_done = self._done
         self.clock = VirtualClock(speedup)
         self.model_name = model_name or spec.model
         self.tokens = Tokens(self.twin.mp.vocab, tokenizer)
@@ -55,10 +57,10 @@ class Server:
         self.client_ids: list[str | None] = []       # each served request's X-Request-Id, where the client sent one
 
     # --- the simulation's side -------------------------------------------------------------------
-    def _replica(self, r: ServedRequest) -> int:
+    def _replica(self, r: Request) -> int:
         return self.twin.cluster.where.get(r.idx, 0) if self.twin.cluster is not None else 0
 
-    def _token(self, r: ServedRequest, t: float) -> None:
+    def _token(self, r: Request, t: float) -> None:
         self.lags.append(time.monotonic() - self.clock.wall_at(t))
         s = self.stats[self._replica(r)]
         s.generation_tokens += 1
@@ -71,12 +73,12 @@ class Server:
         if q is not None:
             q.put_nowait(t)
 
-    def _done(self, r: ServedRequest) -> None:
+    def _done(self, r: Request) -> None:
         s = self.stats[self._replica(r)]
         if r.is_finished and not r.error:
             s.finished += 1
             s.e2e.observe(r.last_token_s - r.send_s)
-        elif r.aborted:
+        elif r.idx in self.twin.aborted:
             s.aborted += 1
         q = self.streams.get(r.idx)
         if q is not None:
@@ -102,11 +104,10 @@ class Server:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait - EARLY_S)
 
-    def submit(self, prompt: Any, max_tokens: int) -> tuple[ServedRequest, asyncio.Queue[float | None]]:
+    def submit(self, prompt: Any, max_tokens: int) -> tuple[Request, asyncio.Queue[float | None]]:
         r = self.twin.submit(prompt, max_tokens, self.clock.now())
         q: asyncio.Queue[float | None] = asyncio.Queue()
         self.streams[r.idx] = q
-        r.done_sink = self._done
         s = self.stats[self._replica(r)] if self.twin.cluster is not None else self.stats[0]
         s.prompt_tokens += r.prompt_len
         self._wake.set()
@@ -236,7 +237,7 @@ class Server:
         finally:
             self.streams.pop(r.idx, None)
 
-    async def _stream(self, req: web.Request, r: ServedRequest, q: asyncio.Queue[float | None],
+    async def _stream(self, req: web.Request, r: Request, q: asyncio.Queue[float | None],
                       fmt: _Format) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(req)
@@ -268,7 +269,7 @@ def _sse(obj: dict[str, Any]) -> bytes:
 class _Format:
     """The OpenAI response shapes, as vLLM's and SGLang's servers write them."""
 
-    def __init__(self, r: ServedRequest, model: str, chat: bool, token_ids: bool, filler_id: int, usage: bool):
+    def __init__(self, r: Request, model: str, chat: bool, token_ids: bool, filler_id: int, usage: bool):
         self.r, self.model, self.chat, self.token_ids = r, model, chat, token_ids
         self.filler_id, self.usage = filler_id, usage
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{r.idx}"

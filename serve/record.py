@@ -49,7 +49,7 @@ def served_record(twin: Twin, trace: Trace, serve_meta: dict[str, Any]) -> RunRe
     log = RequestLog(trace, record_tokens=True)
     frame = pd.DataFrame(log.columns(reqs))
     for i, r in enumerate(reqs):
-        if r.aborted and not (r.is_finished and not r.error):
+        if r.idx in twin.aborted and not (r.is_finished and not r.error):
             frame.loc[i, "error"] = "aborted by the client"
     per, tel = replica_telemetry(twin.replicas, twin.tels, label=twin.cluster is not None)
     telemetry = pd.concat(tel, ignore_index=True)

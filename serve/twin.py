@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import simpy
@@ -31,23 +30,7 @@ from simulator.schedulers.registry import make_scheduler
 from simulator.simulate import full_extend_attention, graph_limit
 from simulator.telemetry import Telemetry
 
-Sink = Callable[["ServedRequest", float], None]
-
-
-class ServedRequest(Request):
-    """A request whose tokens are handed to a stream the moment the simulated engine emits them."""
-
-    __slots__ = ("sink", "done_sink", "aborted")
-
-    def __init__(self, *args: Any, sink: Sink, **kw: Any):
-        super().__init__(*args, **kw)
-        self.sink = sink
-        self.done_sink: Callable[[ServedRequest], None] | None = None
-        self.aborted = False
-
-    def emit_token(self, now: float) -> None:
-        super().emit_token(now)
-        self.sink(self, now)
+Sink = Callable[[Request, float], None]
 
 
 @dataclass(frozen=True)
@@ -73,6 +56,8 @@ class Twin:
             check_startup(cfg, 1)
         self.env = simpy.Environment()
         self.sink = sink
+        self.on_done: Callable[[Request], None] | None = None   # a request finished, failed or was aborted
+        self.aborted: set[int] = set()                           # requests whose client went away (by idx)
         self.tels = [Telemetry(spec.telemetry_interval_s) for _ in self.cfgs]
         self.replicas: list[Replica] = []
         for cfg, tel in zip(self.cfgs, self.tels, strict=True):
@@ -92,7 +77,7 @@ class Twin:
             self.cluster.on_finish = self._done
             for rep in self.replicas:
                 rep.on_finish = self.cluster.finished
-        self.requests: list[ServedRequest] = []
+        self.requests: list[Request] = []
         self.prompts: list[np.ndarray] = []         # kept: a finished request drops its own copy
 
     @property
@@ -135,13 +120,13 @@ class Twin:
             self.env.run(until=v)
 
     # --- requests --------------------------------------------------------------------------------
-    def submit(self, prompt: np.ndarray, max_tokens: int, v: float) -> ServedRequest:
+    def submit(self, prompt: np.ndarray, max_tokens: int, v: float) -> Request:
         """A request arriving at virtual time ``v`` (≥ every earlier arrival's)."""
         self.move_to(max(v, self.now))
         now = self.now
         idx = len(self.requests)
-        r = ServedRequest(idx, idx, "turn", prompt.astype(np.int32, copy=False), int(max_tokens), now, now, idx,
-                          True, sink=self.sink)
+        r = Request(idx, idx, "turn", prompt.astype(np.int32, copy=False), int(max_tokens), now, now, idx, True)
+        r.sink = self.sink                            # each token reaches its stream as the step emitting it ends
         self.requests.append(r)
         self.prompts.append(r.prompt)
         if self.cluster is not None:
@@ -150,11 +135,11 @@ class Twin:
             self.replicas[0].submit(r)
         return r
 
-    def abort(self, r: ServedRequest) -> None:
+    def abort(self, r: Request) -> None:
         """The client went away: the engine drops the request (as both engines abort a closed stream)."""
-        if r.is_finished or r.error or r.aborted:
+        if r.is_finished or r.error or r.idx in self.aborted:
             return
-        r.aborted = True
+        self.aborted.add(r.idx)
         if self.cluster is not None:
             self.cluster.abort(r)
         else:
@@ -165,11 +150,10 @@ class Twin:
             self._done(r)
 
     def _done(self, r: Request) -> None:
-        assert isinstance(r, ServedRequest)
-        if r.aborted and r.error == "timeout":
+        if r.idx in self.aborted and r.error == "timeout":
             r.error = "aborted by the client"
-        if r.done_sink is not None:
-            r.done_sink(r)
+        if self.on_done is not None:
+            self.on_done(r)
 
     def check_integrity(self) -> None:
         for s in self.schedulers:

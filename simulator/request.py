@@ -9,6 +9,7 @@ as with ``ignore_eos``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ class Request:
     __slots__ = ("idx", "dag", "role", "prompt", "prompt_len", "max_tokens", "output_len", "num_computed",
                  "send_s", "planned_s", "first_token_s", "last_token_s", "cached_tokens", "preemptions",
                  "token_times", "error", "engine", "_hashes", "_states", "_hash_bs", "arrival_seq", "match_memo",
-                 "head")
+                 "head", "sink")
 
     def __init__(self, idx: int, dag: int, role: str, prompt: np.ndarray, max_tokens: int,
                  planned_s: float, send_s: float, arrival_seq: int, record_tokens: bool = False,
@@ -64,6 +65,7 @@ class Request:
         self.arrival_seq = arrival_seq
         self.match_memo: Any = None    # SGLang: radix comparisons of the waiting request's key (fill length, memo)
         self.head = head               # the shared prefix its prompt starts with (block hashes memoised there)
+        self.sink: Callable[[Request, float], None] | None = None   # handed each token as it is emitted (serve)
 
     # --- derived ---------------------------------------------------------------------------------
     @property
@@ -136,6 +138,8 @@ class Request:
         self.last_token_s = now
         if self.token_times is not None:
             self.token_times.append(now)
+        if self.sink is not None:
+            self.sink(self, now)
 
     def restamp_last_token(self, now: float) -> None:
         """The last emitted token reached the client later than its step ended (SGLang's overlap scheduler

@@ -92,3 +92,17 @@ def mixed_trace(turns: int) -> Trace:
         "topology": {"kind": "mix", "items": [{"weight": 1, "topology": {"kind": "fanout", "workers": 2}},
                                               {"weight": 1, "topology": {"kind": "chain", "turns": turns}}]},
         "prompts": {"prefix_tokens": 64, "suffix_tokens": 16, "dag_context_tokens": 32}}))
+
+
+def in_pure_process(fn: str) -> None:
+    """Run ``module:function`` of the tests in a fresh process on the simulator's sources (``SERVETWIN_PURE=1``): for a
+    check that patches a simulator class, which the compiled modules (simulator/native.py) do not allow; the sources
+    and the compiled modules give the same results (tests/test_native.py)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    mod, name = fn.split(":")
+    done = subprocess.run([sys.executable, "-c", f"import {mod} as m; m.{name}()"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], env={**os.environ, "SERVETWIN_PURE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]

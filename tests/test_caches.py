@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from simulator.block_cache import BlockCache
 from simulator.radix_cache import RadixCache
 from simulator.request import Request, SharedHead
+from tests.helpers import in_pure_process
 
 
 def req(i: int, toks) -> Request:  # type: ignore[no-untyped-def]
@@ -282,7 +283,11 @@ def test_a_held_head_saves_compute_only_from_the_step_after_it_was_computed():
     c.check_integrity([])
 
 
-def test_a_run_is_the_same_with_and_without_head_holds(monkeypatch):
+def test_a_run_is_the_same_with_and_without_head_holds():
+    in_pure_process("tests.test_caches:same_with_and_without_head_holds")   # it patches BlockCache
+
+
+def same_with_and_without_head_holds() -> None:
     """Whole runs with prefix groups and preemptions (small pools), vLLM 0.6.3 unchunked and chunked: the same
     requests, times and telemetry whether shared heads are held or walked block by block."""
     import pandas as pd
@@ -296,9 +301,10 @@ def test_a_run_is_the_same_with_and_without_head_holds(monkeypatch):
                  {"enable_prefix_caching": True, "num_gpu_blocks": 260, "enable_chunked_prefill": True,
                   "max_num_batched_tokens": 512}):
         held = simulate(trace, "vllm-0.6.3", overrides=over, context=2048, check_every=1)
-        with monkeypatch.context() as m:
-            m.setattr(BlockCache, "_head_of", lambda self, req, n_full: None)
-            walked = simulate(trace, "vllm-0.6.3", overrides=over, context=2048, check_every=1)
+        orig = BlockCache._head_of
+        BlockCache._head_of = lambda self, req, n_full: None  # type: ignore[method-assign,assignment]
+        walked = simulate(trace, "vllm-0.6.3", overrides=over, context=2048, check_every=1)
+        BlockCache._head_of = orig  # type: ignore[method-assign]
         assert held.meta["telemetry_summary"]["preemptions"] > 0
         pd.testing.assert_frame_equal(pd.DataFrame(held.requests), pd.DataFrame(walked.requests))
         pd.testing.assert_frame_equal(pd.DataFrame(held.telemetry), pd.DataFrame(walked.telemetry))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class Counters:
 class Scheduler(Protocol):
     """What the replica (simulator.engine) asks of an engine family's scheduler."""
 
-    family: str
+    family: ClassVar[str]
     waiting: deque[Request]
     running: list[Request]
     counters: Counters
@@ -55,7 +55,7 @@ class Scheduler(Protocol):
 class SchedulerBase:
     """Queues and counters; subclasses implement ``schedule``, ``release`` and ``kv_usage``."""
 
-    family = "base"
+    family: ClassVar[str] = "base"
 
     def __init__(self) -> None:
         self.waiting: deque[Request] = deque()

@@ -26,6 +26,7 @@ scheduled, so its chunks match at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class SgState:
 
 
 class SglangScheduler(SchedulerBase):
-    family = "sglang"
+    family: ClassVar[str] = "sglang"
 
     def __init__(self, cfg: SglangConfig):
         super().__init__()

@@ -13,6 +13,7 @@ front of ``waiting``. Cache hits skip compute, never budget (see BlockCache.comp
 from __future__ import annotations
 
 from collections import deque
+from typing import ClassVar
 
 from simulator.block_cache import AllocStatus, BlockCache
 from simulator.config import VllmV0Config
@@ -24,7 +25,7 @@ from simulator.schedulers.victims import get_victim
 
 
 class VllmV0Scheduler(BlockSchedulerBase):
-    family = "vllm-v0"
+    family: ClassVar[str] = "vllm-v0"
 
     def __init__(self, cfg: VllmV0Config):
         super().__init__()

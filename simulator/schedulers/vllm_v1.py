@@ -12,6 +12,7 @@ Blocks are cached as soon as they are scheduled (a later request in the same ste
 from __future__ import annotations
 
 from collections import deque
+from typing import ClassVar
 
 from simulator.block_cache import BlockCache, evictable_among, share_hits
 from simulator.config import VllmV1Config
@@ -23,7 +24,7 @@ from simulator.schedulers.victims import get_victim
 
 
 class VllmV1Scheduler(BlockSchedulerBase):
-    family = "vllm-v1"
+    family: ClassVar[str] = "vllm-v1"
 
     def __init__(self, cfg: VllmV1Config):
         super().__init__()

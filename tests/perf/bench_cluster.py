@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from scenarios import compile_trace, scenario_from_dict
+from simulator import native
 from simulator.cluster import ClusterSpec
 from simulator.cluster_run import simulate_cluster
 
@@ -31,7 +32,8 @@ def cluster(requests: int, router: str) -> dict:
     sim_s = float(rec.meta["run_window"]["end_s"])
     return {"bench": "cluster-8", "router": router, "requests": t.n_requests, "wall_s": round(w, 2),
             "x_realtime_per_core": round(sim_s / w, 1), "requests_per_wall_s": round(t.n_requests / w, 1),
-            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)}
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3),
+            "modules": native.status()["mode"]}
 
 
 def mooncake() -> list[dict]:

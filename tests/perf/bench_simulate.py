@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from scenarios import compile_trace, scenario_from_dict, write_trace
-from simulator import simulate
+from simulator import native, simulate
 
 ENGINES = {"vllm-0.6.3": {"enable_prefix_caching": True, "gpu_memory_utilization": 0.88},
            "sglang-0.4.1": {"mem_fraction_static": 0.85}}
@@ -34,7 +34,8 @@ def speed(duration: float, rate: float = 0.28, repeats: int = 3) -> list[dict]:
         w = statistics.median(walls)
         sim_s = float(rec.meta["run_window"]["end_s"])
         out.append({"bench": "simulate", "engine": eng, "trace_s": duration, "requests": t.n_requests,
-                    "wall_s": w, "x_realtime": sim_s / w, "requests_per_wall_s": t.n_requests / w})
+                    "wall_s": w, "x_realtime": sim_s / w, "requests_per_wall_s": t.n_requests / w,
+                    "modules": native.status()["mode"]})
     return out
 
 

@@ -9,6 +9,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
+print("# simulator modules:", subprocess.run([sys.executable, "-m", "simulator.native_build", "--check"], cwd=ROOT,
+                                            capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}).stdout,
+      end="", flush=True)
 for script, args in (("bench_compile.py", []), ("bench_import.py", []), ("bench_simulate.py", ["speed"]),
                      ("bench_simulate.py", ["memory"]),
                      ("bench_dispatch.py", []), ("bench_cluster.py", []),
