@@ -19,6 +19,7 @@ from scenarios.trace import Trace
 from simulator.cluster import Cluster, ClusterSpec
 from simulator.cost_model import CostModel
 from simulator.engine import Replica
+from simulator.gc_window import fewer_collections
 from simulator.presets import check_startup, resolve
 from simulator.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from simulator.routers.registry import make_router
@@ -54,7 +55,8 @@ def simulate_cluster(trace: Trace, spec: ClusterSpec, hardware: str | HardwarePr
     driver = DagDriver(env, trace, cluster.submit, cluster.abort, timeout_s, record_tokens)
     cluster.on_finish = driver.finished
     cluster.check_every = check_every
-    env.run()
+    with fewer_collections():
+        env.run()
     if check_every:
         cluster.check_integrity()
     return _record(trace, spec, cfgs, hw, mp, cluster, driver, env.now, timeout_s, record_tokens)

@@ -127,10 +127,13 @@ class RadixCache:
         return ((next_token is None or next_token not in path[-1].children)
                 and all(nd.stamp == st for nd, st in zip(path, stamps, strict=True)))
 
-    def insert(self, key: np.ndarray, now: float) -> int:
-        """Insert key; returns how many leading tokens were already present."""
+    def insert(self, key: np.ndarray, now: float, path: list[Node] | None = None) -> int:
+        """Insert key; returns how many leading tokens were already present. ``path`` collects the nodes from the
+        root to the one ending at len(key): the nodes a match of key would touch next, in order (``touch``)."""
         node, n = self.root, 0
         node.touched = self._tick()
+        if path is not None:
+            path.append(node)
         while n < len(key):
             child = node.children.get(int(key[n]))
             if child is None:
@@ -139,6 +142,8 @@ class RadixCache:
             if m < len(child.key):
                 child = self._split(child, m, now)
             child.touched = self._tick()
+            if path is not None:
+                path.append(child)
             n += m
             node = child
         if n < len(key):
@@ -150,6 +155,8 @@ class RadixCache:
             self._leaves[leaf] = None
             self.total_size += len(key) - n
             self.evictable_size += len(key) - n
+            if path is not None:
+                path.append(leaf)
         return n
 
     def node_for(self, key: np.ndarray, now: float) -> Node:

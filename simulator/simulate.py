@@ -15,6 +15,7 @@ from scenarios.trace import Trace
 from simulator.config import EngineConfig
 from simulator.cost_model import CostModel, extends_whole_sequence
 from simulator.engine import Replica
+from simulator.gc_window import fewer_collections
 from simulator.presets import check_startup, resolve
 from simulator.profiles import HardwareProfile, InstanceCalibration, ModelProfile, load_hardware, load_model
 from simulator.schedulers.registry import make_scheduler
@@ -57,7 +58,8 @@ simulator.fast_forward)."""
     driver: DagDriver
     replica = Replica(env, sched, cost, tel, lambda r: driver.finished(r), check_every, step_log, fast_forward)
     driver = DagDriver(env, trace, replica.submit, replica.abort, timeout_s, record_tokens)
-    env.run()
+    with fewer_collections():
+        env.run()
     live = list(driver.requests.values())
     reqs = driver.log.columns(live)          # columns: a DataFrame only when one is asked for
     c = sched.counters

@@ -112,6 +112,32 @@ def test_radix_eviction_never_touches_locked(seqs, locks, evict):
         assert n == len(key)
 
 
+@settings(max_examples=100, deadline=None)
+@given(seqs=st.lists(seq, min_size=1, max_size=20))
+def test_radix_insert_path_is_what_a_match_of_the_key_would_touch(seqs):
+    """SGLang's cache_unfinished_req inserts a prompt, then matches it again for its node: the path insert collects,
+    touched, leaves every node's access counter, and returns the node, as that second match does."""
+    a, b = RadixCache(), RadixCache()
+    for k, s in enumerate(seqs):
+        key = np.asarray(s, dtype=np.int32)
+        path: list = []
+        assert a.insert(key, float(k), path) == b.insert(key, float(k))
+        a.touch(path)
+        assert path[-1] is not None and b.node_for(key, float(k)).key.tolist() == path[-1].key.tolist()
+        walk = [(nd.key.tolist(), nd.touched) for nd in _nodes(a)]
+        assert walk == [(nd.key.tolist(), nd.touched) for nd in _nodes(b)]
+        a.check_integrity()
+
+
+def _nodes(t: RadixCache) -> list:
+    out, stack = [], [t.root]
+    while stack:
+        nd = stack.pop()
+        out.append(nd)
+        stack.extend(nd.children[k] for k in sorted(nd.children))
+    return out
+
+
 def test_radix_evicts_lru_leaf_first():
     t = RadixCache()
     a = np.asarray([1, 2, 3, 4], np.int32)

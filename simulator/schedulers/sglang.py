@@ -156,7 +156,8 @@ class SglangScheduler(SchedulerBase):
                 r.engine = None
             return
         key = r.tokens(n_tokens)
-        existing = self.tree.insert(key, now)
+        path: list[Node] = []
+        existing = self.tree.insert(key, now, path)
         dup = max(existing - st.prefix_len, 0)
         new_owned = n_tokens - max(existing, st.prefix_len)
         # slots beyond the key: freed at finish (the last token), kept private while the request runs
@@ -168,7 +169,8 @@ class SglangScheduler(SchedulerBase):
         if finished:
             r.engine = None
             return
-        node = self.tree.node_for(key, now)
+        self.tree.touch(path)        # RadixCache.match_prefix of the key just inserted: the same nodes, in order
+        node = path[-1]
         self.tree.inc_lock_ref(node)
         st.node, st.prefix_len = node, n_tokens
 
