@@ -219,12 +219,10 @@ def _arrow(v: np.ndarray) -> Any:
         index: dict[str, int] = {}
         codes = np.fromiter((index.setdefault(str(x), len(index)) for x in v), np.int32, n)
         data = [w.encode() for w in index]
-        offsets = np.zeros(len(data) + 1, dtype=np.int32)
-        np.cumsum([len(b) for b in data], out=offsets[1:])
-        words = pa.Array.from_buffers(pa.string(), len(data),
-                                      [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
-        keys = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(codes)])
-        return pa.DictionaryArray.from_arrays(keys, words).dictionary_decode()
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.array([len(b) for b in data], dtype=np.int32)[codes], out=offsets[1:])
+        body = b"".join([data[c] for c in codes.tolist()])     # no dictionary_decode: it loads pyarrow.compute
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(body)])
     if v.dtype == np.bool_:
         return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
     kind = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64()}[v.dtype]

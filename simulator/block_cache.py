@@ -34,6 +34,11 @@ from simulator.request import Request
 __all__ = ["AllocStatus", "BlockCache", "evictable_among", "share_hits"]
 
 
+def _below(a1: float, a2: int, a3: int, b1: float, b2: int, b3: int) -> bool:
+    """(a1, a2, a3) < (b1, b2, b3), field by field (no tuples made)."""
+    return a1 < b1 or (a1 == b1 and (a2 < b2 or (a2 == b2 and a3 < b3)))
+
+
 class BlockCache:
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool, variant: str = "v0"):
         if num_blocks < 1 or block_size < 1:
@@ -89,26 +94,28 @@ class BlockCache:
         while need:
             if not heap:
                 raise RuntimeError("BlockCache: no free block (caller must check can_allocate first)")
-            _, _, _, run, pos = heap[0]
-            # the lowest head among the other runs: one of the root's children
-            other = heap[1][:3] if len(heap) > 1 else None
-            if other is not None and len(heap) > 2 and heap[2][:3] < other:
-                other = heap[2][:3]
+            run, pos = heap[0][3], heap[0][4]
+            # the lowest head among the other runs: one of the root's children (keys compared field by field)
+            bounded = len(heap) > 1
+            o1, o2, o3 = (heap[1][0], heap[1][1], heap[1][2]) if bounded else (0.0, 0, 0)
+            if len(heap) > 2 and _below(heap[2][0], heap[2][1], heap[2][2], o1, o2, o3):
+                o1, o2, o3 = heap[2][0], heap[2][1], heap[2][2]
             end = len(run)
             while pos < end:
-                _, _, _, h, ver = run[pos]
+                e = run[pos]
                 pos += 1
-                blk = cached.get(h)
-                if blk is not None and blk.refcount == 0 and blk.version == ver:
-                    del cached[h]
+                blk = cached.get(e[3])
+                if blk is not None and blk.refcount == 0 and blk.version == e[4]:
+                    del cached[e[3]]
                     self._num_evictable -= 1
                     need -= 1
                     if not need:
                         break
-                if pos < end and other is not None and run[pos][:3] > other:
+                if bounded and pos < end and _below(o1, o2, o3, run[pos][0], run[pos][1], run[pos][2]):
                     break
             if pos < end:                   # the run goes on from pos: its entry moves (keys are unique)
-                heapq.heapreplace(heap, (*run[pos][:3], run, pos))
+                e = run[pos]
+                heapq.heapreplace(heap, (e[0], e[1], e[2], run, pos))
             else:
                 heapq.heappop(heap)
 

@@ -91,8 +91,8 @@ def chain_states(tokens: np.ndarray, block_size: int, parent: int = ROOT_HASH) -
     fwd, inv = _POW.upto(n)
     u = np.asarray(tokens[:n]).astype(np.int64).view(np.uint64) + _U1
     c = np.cumsum(u * inv[:n], dtype=np.uint64)
-    ends = np.arange(block_size, n + 1, block_size)
-    return np.uint64(parent & MASK) * fwd[ends] + fwd[ends - 1] * c[ends - 1]
+    last = slice(block_size - 1, n, block_size)          # each block's last token (views, not index arrays)
+    return np.uint64(parent & MASK) * fwd[block_size:n + 1:block_size] + fwd[last] * c[last]
 
 
 def finish(states: np.ndarray) -> np.ndarray:

@@ -26,3 +26,13 @@ def test_the_presets_are_their_data_files():
     cfg = resolve("sglang-current", load_hardware("h100"), load_model("llama-3.1-8b"), 16384)
     assert cfg.schedule_policy == "fcfs" and cfg.version == "0.5.23"
     assert resolve("sglang-0.4.1", load_hardware("h100"), load_model("llama-3.1-8b"), 16384).schedule_policy == "lpm"
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_a_preset_file_reads_the_same_through_libyaml(name):
+    """The presets are read with libyaml's loader (fast at every start); PyYAML's own reads them the same."""
+    import yaml
+
+    from simulator.presets import ENGINES_DIR
+    text = (ENGINES_DIR / f"{name}.yaml").read_text(encoding="utf-8")
+    assert yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) == yaml.safe_load(text)  # noqa: S506
