@@ -7,7 +7,9 @@
   (K is odd, hence invertible mod 2⁶⁴).
 - ``chain_hashes(tokens, block_size, parent)``: those states finished by splitmix64 (a bijection), the key a
   block is cached under. The same bytes in any process (no Python ``hash()``, no PYTHONHASHSEED).
-- ``common_prefix_len(a, b)``: length of the longest common prefix of two token arrays.
+- ``common_prefix_len(a, b)``: length of the longest common prefix of two token arrays; ``common_prefix_at`` the
+  same of ``a`` and ``b[n:]`` given both arrays' bytes (``token_bytes``): a whole ``a`` matched is one memcmp
+  (``bytes.startswith``), the common case when a key walks down a tree, and only a partial match is counted.
 
 NumPy, not numba: measured on the two kernels, numba was no faster per call (1.8 µs against 1.9 µs for a
 4,096-token common prefix; 10 µs against 9 µs for a 4,096-token chain) and cost 0.65 s to import and load
@@ -140,3 +142,15 @@ def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
     ne = a[:n] != b[:n]
     i = int(ne.argmax())
     return i if ne[i] else n
+
+
+def token_bytes(key: np.ndarray) -> bytes | None:
+    """A token array's bytes, where they compare as its tokens do (int32, the simulator's own), else None."""
+    return key.tobytes() if key.dtype == np.int32 else None
+
+
+def common_prefix_at(a: np.ndarray, a_bytes: bytes, b: np.ndarray, b_bytes: bytes | None, n: int) -> int:
+    """``common_prefix_len(a, b[n:])``, where a_bytes / b_bytes are ``token_bytes`` of a / b."""
+    if b_bytes is not None and b_bytes.startswith(a_bytes, 4 * n):
+        return int(a.shape[0])
+    return common_prefix_len(a, b[n:])

@@ -4,6 +4,8 @@
   every visited node's access. SGLang stamps ``last_access_time = time.time()`` node by node, so no two
   accesses tie; here an access counter (``touched``) orders them, which within one simulated instant keeps
   the order in which the engine would have touched the nodes.
+- A node keeps its key's bytes too (``kb``): matching a whole node is then one ``bytes.startswith`` (memcmp) and
+  only the node where a match ends is counted token by token (``common_prefix_len``).
 - ``insert`` adds the unmatched remainder as a new leaf and returns the length already present
   (the caller frees its duplicate slots for that range).
 - ``inc_lock_ref`` / ``dec_lock_ref`` walk up to the root; a node with ``lock_ref == 0`` is evictable.
@@ -21,17 +23,18 @@ import heapq
 
 import numpy as np
 
-from simulator.kernels import common_prefix_len
+from simulator.kernels import common_prefix_at, token_bytes
 from simulator.trees import descendants
 
 
 class Node:
-    __slots__ = ("children", "parent", "key", "lock_ref", "touched", "stamp")
+    __slots__ = ("children", "parent", "key", "kb", "lock_ref", "touched", "stamp")
 
     def __init__(self, key: np.ndarray, parent: Node | None, touched: int, stamp: int = 0):
         self.children: dict[int, Node] = {}
         self.parent = parent
         self.key = key
+        self.kb = key.astype(np.int32, copy=False).tobytes()    # its bytes: a whole-node match is one memcmp
         self.lock_ref = 0
         self.touched = touched             # the access counter at its last access (larger: more recent)
         self.stamp = stamp                 # the tree's version when this node was made, split or removed
@@ -74,6 +77,7 @@ class RadixCache:
         node.parent.children[int(node.key[0])] = upper
         node.parent = upper
         node.key = node.key[at:]
+        node.kb = node.kb[4 * at:]
         return upper
 
     def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None,
@@ -86,6 +90,7 @@ class RadixCache:
         the match touched, in order (``touch``)."""
         if max_len is not None:
             key = key[:max_len]
+        kb = token_bytes(key)
         node, n = self.root, 0
         node.touched = self._tick()
         if path is not None:
@@ -99,7 +104,7 @@ class RadixCache:
             if seen is not None and seen[0] is ck and seen[1] == n:
                 m = seen[2]
             else:
-                m = common_prefix_len(ck, key[n:])
+                m = common_prefix_at(ck, child.kb, key, kb, n)
                 if memo is not None:
                     memo[id(ck)] = (ck, n, m)
             if m < len(child.key):               # the new upper node is fresh; the lower keeps its time
@@ -130,6 +135,7 @@ class RadixCache:
     def insert(self, key: np.ndarray, now: float, path: list[Node] | None = None) -> int:
         """Insert key; returns how many leading tokens were already present. ``path`` collects the nodes from the
         root to the one ending at len(key): the nodes a match of key would touch next, in order (``touch``)."""
+        kb = token_bytes(key)
         node, n = self.root, 0
         node.touched = self._tick()
         if path is not None:
@@ -138,7 +144,7 @@ class RadixCache:
             child = node.children.get(int(key[n]))
             if child is None:
                 break
-            m = common_prefix_len(child.key, key[n:])
+            m = common_prefix_at(child.key, child.kb, key, kb, n)
             if m < len(child.key):
                 child = self._split(child, m, now)
             child.touched = self._tick()
@@ -224,6 +230,7 @@ class RadixCache:
             for first, ch in nd.children.items():
                 assert ch.parent is nd, "broken parent link"
                 assert len(ch.key) > 0 and int(ch.key[0]) == first, "child keyed by a wrong first token"
+                assert ch.kb == ch.key.tobytes(), "a node's key bytes out of date"
                 assert ch.lock_ref >= 0, "negative lock_ref"
                 assert ch.lock_ref <= nd.lock_ref or nd is self.root, "child locked more than its parent"
                 total += len(ch.key)

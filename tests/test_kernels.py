@@ -13,9 +13,11 @@ from simulator.kernels import (
     chain_states,
     chain_states_constant,
     chain_states_py,
+    common_prefix_at,
     common_prefix_len,
     common_prefix_len_py,
     finish_int,
+    token_bytes,
 )
 
 tokens = st.lists(st.integers(-(2**31), 2**31 - 1), max_size=200).map(lambda x: np.asarray(x, dtype=np.int32))
@@ -42,6 +44,18 @@ def test_a_chain_continues_from_its_last_state(t, bs, cut):
 def test_common_prefix_agree(a, cut, tail):
     b = np.concatenate([a[:cut], tail]).astype(np.int32)
     assert common_prefix_len(a, b) == common_prefix_len_py(a, b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=tokens, head=tokens, cut=st.integers(0, 250), tail=tokens, wide=st.booleans())
+def test_common_prefix_at_agrees(a, head, cut, tail, wide):
+    """Of a and b[n:], from their bytes: a whole a is found by memcmp, a partial one counted; a key whose bytes do
+    not compare as its tokens (int64) is counted."""
+    b = np.concatenate([head, a[:cut], tail]).astype(np.int64 if wide else np.int32)
+    n = len(head)
+    ab = token_bytes(a)
+    assert ab is not None and (token_bytes(b) is None) == wide
+    assert common_prefix_at(a, ab, b, token_bytes(b), n) == common_prefix_len_py(a, b[n:])
 
 
 def test_hash_chains_identify_whole_prefix():

@@ -14,15 +14,16 @@ import heapq
 
 import numpy as np
 
-from simulator.kernels import common_prefix_len
+from simulator.kernels import common_prefix_at, token_bytes
 from simulator.trees import descendants
 
 
 class Node:
-    __slots__ = ("edge", "children", "parent", "tenants", "last_tenant")
+    __slots__ = ("edge", "eb", "children", "parent", "tenants", "last_tenant")
 
     def __init__(self, edge: np.ndarray, parent: Node | None):
         self.edge = edge
+        self.eb = edge.astype(np.int32, copy=False).tobytes()     # its bytes (kernels.common_prefix_at)
         self.children: dict[int, Node] = {}
         self.parent = parent
         self.tenants: dict[int, int] = {}     # tenant → epoch of its last insert through this node
@@ -39,11 +40,12 @@ class TenantTree:
         """(matched tokens, a tenant of the deepest node reached, or -1): partial edges count, as in
         ``prefix_match_tenant``; the tenant is the node's most recent one."""
         node, i, n = self.root, 0, int(tokens.shape[0])
+        tb = token_bytes(tokens)
         while i < n:
             child = node.children.get(int(tokens[i]))
             if child is None:
                 break
-            step = common_prefix_len(child.edge, tokens[i:])
+            step = common_prefix_at(child.edge, child.eb, tokens, tb, i)
             i += step
             node = child
             if step < child.edge.shape[0]:
@@ -53,6 +55,7 @@ class TenantTree:
     def insert(self, tokens: np.ndarray, tenant: int) -> None:
         self.epoch += 1
         node, i, n = self.root, 0, int(tokens.shape[0])
+        tb = token_bytes(tokens)
         while i < n:
             child = node.children.get(int(tokens[i]))
             if child is None:
@@ -60,7 +63,7 @@ class TenantTree:
                 node.children[int(tokens[i])] = leaf
                 self._own(leaf, tenant)
                 return
-            step = common_prefix_len(child.edge, tokens[i:])
+            step = common_prefix_at(child.edge, child.eb, tokens, tb, i)
             if step < child.edge.shape[0]:
                 child = self._split(node, child, step)
             i += step
@@ -79,6 +82,7 @@ class TenantTree:
         mid.last_tenant = child.last_tenant
         parent.children[int(child.edge[0])] = mid
         child.edge = child.edge[at:].copy()
+        child.eb = child.eb[4 * at:]
         child.parent = mid
         mid.children[int(child.edge[0])] = child
         return mid
@@ -109,6 +113,7 @@ class TenantTree:
             if n is self.root:
                 continue
             assert n.edge.shape[0] > 0, "an empty edge below the root"
+            assert n.eb == n.edge.tobytes(), "an edge's bytes out of date"
             assert n.parent is not None and n.parent.children.get(int(n.edge[0])) is n, "parent link broken"
             for t in n.tenants:
                 size[t] += int(n.edge.shape[0])
