@@ -33,8 +33,8 @@ class Node:
     def __init__(self, key: np.ndarray, parent: Node | None, touched: int, stamp: int = 0):
         self.children: dict[int, Node] = {}
         self.parent = parent
-        self.key = key
         self.kb = key.astype(np.int32, copy=False).tobytes()    # its bytes: a whole-node match is one memcmp
+        self.key = np.frombuffer(self.kb, dtype=np.int32)       # the same memory, read as tokens
         self.lock_ref = 0
         self.touched = touched             # the access counter at its last access (larger: more recent)
         self.stamp = stamp                 # the tree's version when this node was made, split or removed
@@ -76,8 +76,8 @@ class RadixCache:
         upper.children[int(node.key[at])] = node
         node.parent.children[int(node.key[0])] = upper
         node.parent = upper
-        node.key = node.key[at:]
         node.kb = node.kb[4 * at:]
+        node.key = np.frombuffer(node.kb, dtype=np.int32)
         return upper
 
     def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None,
@@ -154,7 +154,7 @@ class RadixCache:
             node = child
         if n < len(key):
             self.version += 1
-            leaf = Node(np.array(key[n:], dtype=np.int32), node, self._tick(), self.version)
+            leaf = Node(key[n:], node, self._tick(), self.version)
             if not node.children:
                 self._leaves.pop(node, None)
             node.children[int(key[n])] = leaf

@@ -22,8 +22,8 @@ class Node:
     __slots__ = ("edge", "eb", "children", "parent", "tenants", "last_tenant")
 
     def __init__(self, edge: np.ndarray, parent: Node | None):
-        self.edge = edge
         self.eb = edge.astype(np.int32, copy=False).tobytes()     # its bytes (kernels.common_prefix_at)
+        self.edge = np.frombuffer(self.eb, dtype=np.int32)        # the same memory, read as tokens
         self.children: dict[int, Node] = {}
         self.parent = parent
         self.tenants: dict[int, int] = {}     # tenant → epoch of its last insert through this node
@@ -59,7 +59,7 @@ class TenantTree:
         while i < n:
             child = node.children.get(int(tokens[i]))
             if child is None:
-                leaf = Node(np.array(tokens[i:], dtype=np.int32), node)
+                leaf = Node(tokens[i:], node)
                 node.children[int(tokens[i])] = leaf
                 self._own(leaf, tenant)
                 return
@@ -77,12 +77,12 @@ class TenantTree:
         node.last_tenant = tenant
 
     def _split(self, parent: Node, child: Node, at: int) -> Node:
-        mid = Node(child.edge[:at].copy(), parent)
+        mid = Node(child.edge[:at], parent)
         mid.tenants = dict(child.tenants)
         mid.last_tenant = child.last_tenant
         parent.children[int(child.edge[0])] = mid
-        child.edge = child.edge[at:].copy()
         child.eb = child.eb[4 * at:]
+        child.edge = np.frombuffer(child.eb, dtype=np.int32)
         child.parent = mid
         mid.children[int(child.edge[0])] = child
         return mid
