@@ -150,7 +150,8 @@ def token_bytes(key: np.ndarray) -> bytes | None:
 
 
 def common_prefix_at(a: np.ndarray, a_bytes: bytes, b: np.ndarray, b_bytes: bytes | None, n: int) -> int:
-    """``common_prefix_len(a, b[n:])``, where a_bytes / b_bytes are ``token_bytes`` of a / b."""
-    if b_bytes is not None and b_bytes.startswith(a_bytes, 4 * n):
+    """``common_prefix_len(a, b[n:])``, where a_bytes is ``token_bytes`` of a, b_bytes of b or of an array that
+    b begins (a longer key cut short: only b's own length is compared)."""
+    if b_bytes is not None and b_bytes.startswith(a_bytes, 4 * n, 4 * b.shape[0]):
         return int(a.shape[0])
     return common_prefix_len(a, b[n:])

@@ -82,15 +82,17 @@ class RadixCache:
 
     def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None,
                      memo: dict[int, tuple[np.ndarray, int, int]] | None = None,
-                     path: list[Node] | None = None) -> tuple[int, Node]:
+                     path: list[Node] | None = None, kb: bytes | None = None) -> tuple[int, Node]:
         """Longest cached prefix of key (at most max_len tokens): (length, last matched node). ``memo`` (one per
         key, kept by the caller) remembers each comparison with a node's key at an offset: a key array is never
         changed in place (a split gives both parts new arrays), so the same array at the same offset compares the
         same; the memo holds the array, so its id cannot be reused while remembered. ``path`` collects the nodes
-        the match touched, in order (``touch``)."""
+        the match touched, in order (``touch``). ``kb``: the key's bytes where the caller keeps them (a key cut to
+        max_len may be given the bytes of the whole)."""
+        if kb is None:
+            kb = token_bytes(key)
         if max_len is not None:
             key = key[:max_len]
-        kb = token_bytes(key)
         node, n = self.root, 0
         node.touched = self._tick()
         if path is not None:

@@ -56,6 +56,8 @@ def test_common_prefix_at_agrees(a, head, cut, tail, wide):
     ab = token_bytes(a)
     assert ab is not None and (token_bytes(b) is None) == wide
     assert common_prefix_at(a, ab, b, token_bytes(b), n) == common_prefix_len_py(a, b[n:])
+    longer = np.concatenate([b, a]).astype(b.dtype)          # the bytes of a key that b only begins
+    assert common_prefix_at(a, ab, b, token_bytes(longer), n) == common_prefix_len_py(a, b[n:])
 
 
 def test_hash_chains_identify_whole_prefix():

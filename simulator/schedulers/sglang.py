@@ -32,6 +32,7 @@ import numpy as np
 
 from simulator.config import SglangConfig
 from simulator.cost_model import BatchShape
+from simulator.kernels import token_bytes
 from simulator.radix_cache import Node, RadixCache
 from simulator.request import Request
 from simulator.schedulers.base import SchedulerBase, Step
@@ -132,17 +133,19 @@ class SglangScheduler(SchedulerBase):
         memo = r.match_memo
         tree = self.tree
         if memo is None or memo[0] != r.fill_len:
-            memo = r.match_memo = [r.fill_len, {}, -1, None, None, None, None]
+            memo = r.match_memo = [r.fill_len, {}, -1, None, None, None, None, None]
         elif memo[2] == tree.version or (memo[4] is not None and tree.path_unchanged(memo[4], memo[5], memo[6])):
             memo[2] = tree.version
             tree.touch(memo[4])
             return memo[3]
         version, path = tree.version, list[Node]()
         key = r.tokens(r.fill_len)
-        got = tree.match_prefix(key, now, r.fill_len - 1, memo[1], path)
+        if memo[7] is None:
+            memo[7] = token_bytes(key)           # the key's bytes, kept while its fill length stands
+        got = tree.match_prefix(key, now, r.fill_len - 1, memo[1], path, memo[7])
         if tree.version == version:
-            memo[2:] = [version, got, path, [nd.stamp for nd in path],
-                        int(key[got[0]]) if got[0] < r.fill_len - 1 else None]
+            memo[2:7] = [version, got, path, [nd.stamp for nd in path],
+                         int(key[got[0]]) if got[0] < r.fill_len - 1 else None]
         return got
 
     def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
