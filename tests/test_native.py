@@ -3,6 +3,7 @@ as the sources give, for every preset and a cluster."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,8 @@ def test_pure_and_compiled_modules_give_the_same_bytes(tmp_path):
 def test_make_test_runs_the_compiled_modules():
     if not os.environ.get("SERVETWIN_EXPECT_NATIVE"):
         pytest.skip("run by make test, which builds the compiled modules first (make native)")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: make native leaves the sources to run")
     st = native.status()
     assert st["mode"] == "native", st["why"]
     import simulator.engine
