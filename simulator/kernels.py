@@ -144,6 +144,12 @@ def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
     return i if ne[i] else n
 
 
+def token_buffer(key: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """A tree edge's tokens as int32 bytes and a read-only view of those same bytes (one copy of the key)."""
+    b = key.astype(np.int32, copy=False).tobytes()
+    return b, np.frombuffer(b, dtype=np.int32)
+
+
 def token_bytes(key: np.ndarray) -> bytes | None:
     """A token array's bytes, where they compare as its tokens do (int32, the simulator's own), else None."""
     return key.tobytes() if key.dtype == np.int32 else None

@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from simulator.kernels import common_prefix_at, token_bytes
+from simulator.kernels import common_prefix_at, token_buffer, token_bytes
 from simulator.trees import descendants
 
 
@@ -33,8 +33,7 @@ class Node:
     def __init__(self, key: np.ndarray, parent: Node | None, touched: int, stamp: int = 0):
         self.children: dict[int, Node] = {}
         self.parent = parent
-        self.kb = key.astype(np.int32, copy=False).tobytes()    # its bytes: a whole-node match is one memcmp
-        self.key = np.frombuffer(self.kb, dtype=np.int32)       # the same memory, read as tokens
+        self.kb, self.key = token_buffer(key)     # its bytes (a whole-node match is one memcmp), read as tokens
         self.lock_ref = 0
         self.touched = touched             # the access counter at its last access (larger: more recent)
         self.stamp = stamp                 # the tree's version when this node was made, split or removed
@@ -76,8 +75,7 @@ class RadixCache:
         upper.children[int(node.key[at])] = node
         node.parent.children[int(node.key[0])] = upper
         node.parent = upper
-        node.kb = node.kb[4 * at:]
-        node.key = np.frombuffer(node.kb, dtype=np.int32)
+        node.kb, node.key = token_buffer(node.key[at:])
         return upper
 
     def match_prefix(self, key: np.ndarray, now: float, max_len: int | None = None,

@@ -63,7 +63,7 @@ class Request:
         self._states = ROOT_HASH                 # the hash chain's state after them
         self._hash_bs = 0
         self.arrival_seq = arrival_seq
-        self.match_memo: Any = None    # SGLang: radix comparisons of the waiting request's key (fill length, memo)
+        self.match_memo: Any = None    # SGLang: its last radix match while waiting (schedulers.sglang.MatchMemo)
         self.head = head               # the shared prefix its prompt starts with (block hashes memoised there)
         self.sink: Callable[[Request, float], None] | None = None   # handed each token as it is emitted (serve)
 

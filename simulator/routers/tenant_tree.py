@@ -14,7 +14,7 @@ import heapq
 
 import numpy as np
 
-from simulator.kernels import common_prefix_at, token_bytes
+from simulator.kernels import common_prefix_at, token_buffer, token_bytes
 from simulator.trees import descendants
 
 
@@ -22,8 +22,7 @@ class Node:
     __slots__ = ("edge", "eb", "children", "parent", "tenants", "last_tenant")
 
     def __init__(self, edge: np.ndarray, parent: Node | None):
-        self.eb = edge.astype(np.int32, copy=False).tobytes()     # its bytes (kernels.common_prefix_at)
-        self.edge = np.frombuffer(self.eb, dtype=np.int32)        # the same memory, read as tokens
+        self.eb, self.edge = token_buffer(edge)     # its bytes (kernels.common_prefix_at), read as tokens
         self.children: dict[int, Node] = {}
         self.parent = parent
         self.tenants: dict[int, int] = {}     # tenant → epoch of its last insert through this node
@@ -81,8 +80,7 @@ class TenantTree:
         mid.tenants = dict(child.tenants)
         mid.last_tenant = child.last_tenant
         parent.children[int(child.edge[0])] = mid
-        child.eb = child.eb[4 * at:]
-        child.edge = np.frombuffer(child.eb, dtype=np.int32)
+        child.eb, child.edge = token_buffer(child.edge[at:])
         child.parent = mid
         mid.children[int(child.edge[0])] = child
         return mid

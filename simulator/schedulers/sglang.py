@@ -50,6 +50,22 @@ class SgState:
     kv_len: int
 
 
+class MatchMemo:
+    """A waiting request's last radix match at one fill length: the comparisons made (``RadixCache.match_prefix``'s
+    memo), the key's bytes, and the match with its path's stamps and next token (``RadixCache.path_unchanged``)."""
+
+    __slots__ = ("fill_len", "compared", "key_bytes", "version", "got", "path", "stamps", "next_token")
+
+    def __init__(self, fill_len: int, key_bytes: bytes | None):
+        self.fill_len, self.key_bytes = fill_len, key_bytes
+        self.compared: dict[int, tuple[np.ndarray, int, int]] = {}
+        self.version = -1
+        self.got: tuple[int, Node] | None = None        # set with path, stamps and next token
+        self.path: list[Node] | None = None
+        self.stamps: list[int] = []
+        self.next_token: int | None = None
+
+
 class SglangScheduler(SchedulerBase):
     family: ClassVar[str] = "sglang"
 
@@ -130,22 +146,25 @@ class SglangScheduler(SchedulerBase):
         # a waiting request is matched at every prefill decision: while no node on its last match's path was split
         # or removed since, and the last still has no child for the next token (RadixCache.path_unchanged), the
         # match is the same and only its touches are repeated
-        memo = r.match_memo
+        memo: MatchMemo | None = r.match_memo
         tree = self.tree
-        if memo is None or memo[0] != r.fill_len:
-            memo = r.match_memo = [r.fill_len, {}, -1, None, None, None, None, None]
-        elif memo[2] == tree.version or (memo[4] is not None and tree.path_unchanged(memo[4], memo[5], memo[6])):
-            memo[2] = tree.version
-            tree.touch(memo[4])
-            return memo[3]
+        key = None
+        if memo is None or memo.fill_len != r.fill_len:
+            key = r.tokens(r.fill_len)
+            memo = r.match_memo = MatchMemo(r.fill_len, token_bytes(key))
+        elif memo.got is not None and memo.path is not None and (
+                memo.version == tree.version or tree.path_unchanged(memo.path, memo.stamps, memo.next_token)):
+            memo.version = tree.version
+            tree.touch(memo.path)
+            return memo.got
         version, path = tree.version, list[Node]()
-        key = r.tokens(r.fill_len)
-        if memo[7] is None:
-            memo[7] = token_bytes(key)           # the key's bytes, kept while its fill length stands
-        got = tree.match_prefix(key, now, r.fill_len - 1, memo[1], path, memo[7])
+        if key is None:
+            key = r.tokens(r.fill_len)
+        got = tree.match_prefix(key, now, r.fill_len - 1, memo.compared, path, memo.key_bytes)
         if tree.version == version:
-            memo[2:7] = [version, got, path, [nd.stamp for nd in path],
-                         int(key[got[0]]) if got[0] < r.fill_len - 1 else None]
+            memo.version, memo.got, memo.path = version, got, path
+            memo.stamps = [nd.stamp for nd in path]
+            memo.next_token = int(key[got[0]]) if got[0] < r.fill_len - 1 else None
         return got
 
     def _cache_req(self, r: Request, n_tokens: int, now: float, finished: bool) -> None:
