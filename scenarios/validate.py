@@ -16,6 +16,7 @@ from scenarios.prompts import row_keys
 from scenarios.trace import SRC_POOL, SRC_PREFIX, Trace, prefix_digest, read_trace
 
 SIGMA_TOLERANCE = 0.01  # achieved σ within 1 percentage point of the target
+FINGERPRINT = 16        # leading suffix tokens that key the distinct-suffix check
 
 
 def check_schema(t: Trace) -> None:
@@ -45,11 +46,16 @@ def check_schema(t: Trace) -> None:
 
 def _check_segments(t: Trace) -> None:
     segs = t.arrays["segments"]
-    lim = {SRC_PREFIX: t.arrays["prefix"].size, SRC_POOL: t.arrays["pool"].size}
-    for k, (src, start, length) in enumerate(segs):
-        if src not in lim or start < 0 or length < 0 or start + length > lim[int(src)]:
-            req = int(np.searchsorted(t.arrays["seg_offsets"], k, side="right") - 1)
-            raise TraceError("schema", f"segment {k} ({src}, {start}, {length}) points outside its array", req)
+    if not segs.size:
+        return
+    src, start, length = segs[:, 0], segs[:, 1], segs[:, 2]
+    lim = np.where(src == SRC_PREFIX, t.arrays["prefix"].size, t.arrays["pool"].size)
+    bad = np.flatnonzero(((src != SRC_PREFIX) & (src != SRC_POOL)) | (start < 0) | (length < 0)
+                         | (start + length > lim))
+    if bad.size:
+        k = int(bad[0])
+        req = int(np.searchsorted(t.arrays["seg_offsets"], k, side="right") - 1)
+        raise TraceError("schema", f"segment {k} ({src[k]}, {start[k]}, {length[k]}) points outside its array", req)
 
 
 def check_prefix(t: Trace) -> None:
@@ -98,15 +104,26 @@ def _check_groups(t: Trace, group: np.ndarray) -> None:
 
 def check_suffixes(t: Trace) -> None:
     """The study's generator draws every suffix distinct; an imported production trace keeps the prompts it
-    recorded, repeats included (scenarios.importers), so the check applies to generated traces only."""
+    recorded, repeats included (scenarios.importers), so the check applies to generated traces only.
+
+    Exact, and read once: a suffix is keyed by its length and first ``FINGERPRINT`` tokens; only suffixes whose key
+    repeats are digested whole (``row_keys``), so the first request equal to an earlier one is found as comparing every
+    pair would find it."""
     if t.manifest.get("scenario", {}).get("kind") == "import":
         return
-    seen: dict[bytes, int] = {}
+    first: dict[bytes, int] = {}          # fingerprint → the first request with it
+    whole: dict[bytes, int] = {}          # whole-suffix digest → the first request with it (repeated fingerprints)
+    digested: set[int] = set()
     for i in range(t.n_requests):
-        k = row_keys(np.asarray([t.suffix(i)]))[0]
-        if k in seen:
-            raise TraceError("distinct-suffix", f"suffix equals that of request {seen[k]}", i)
-        seen[k] = i
+        s = t.suffix(i)
+        j = first.setdefault(len(s).to_bytes(8, "little") + s[:FINGERPRINT].tobytes(), i)
+        if j != i:
+            if j not in digested:
+                digested.add(j)
+                whole.setdefault(row_keys(np.asarray([t.suffix(j)]))[0], j)
+            k = whole.setdefault(row_keys(np.asarray([s]))[0], i)
+            if k != i:
+                raise TraceError("distinct-suffix", f"suffix equals that of request {k}", i)
         if i % 4096 == 4095:
             t.done_reading(i + 1)          # a pool mapped from its file is not held whole (scenarios.pool_map)
     t.done_reading(t.n_requests)

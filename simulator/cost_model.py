@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
 WHOLE_SEQUENCE_EXTEND_BACKENDS = ("torch_native",)
@@ -145,14 +143,14 @@ class CostModel:
             return b.decode_distinct + self.hw.kv_shared_cost * (b.decode_ctx - b.decode_distinct)
         return float(b.decode_ctx)
 
-    def decode_step_times(self, n: int, ctx: np.ndarray, distinct: np.ndarray) -> list[float]:
-        """``step_time`` of pure-decode steps of n requests with these Σ contexts and distinct KV tokens, the
-        same operations in the same order on arrays (bit-identical to one ``step_time`` call per step)."""
+    def decode_step_times(self, n: int, ctx: list[int], distinct: list[int]) -> list[float]:
+        """``step_time`` of pure-decode steps of n requests with these Σ contexts and distinct KV tokens: the same
+        operations in the same order as one ``step_time`` call per step (bit-identical), its step-independent
+        terms computed once."""
         b = BatchShape(decodes=n)
-        shared = (distinct >= 0) & (distinct < ctx)
-        dctx = np.where(shared, distinct + self.hw.kv_shared_cost * (ctx - distinct), ctx.astype(np.float64))
-        flops = self._flin * n + self._flm * n + self._attn * (0.0 + dctx + n)
-        mem = self._w + self._kv_read * (0 + dctx) + self._kv_write * n
+        share = self.hw.kv_shared_cost
+        lin = self._flin * n + self._flm * n
+        attn, fc, fm, kv_read, w, kv_write = self._attn, self._fc, self._fm, self._kv_read, self._w, self._kv_write * n
         comm = 0.0
         if self.tp > 1:
             per_ar = self.hw.link_latency_s + self._ar_bytes * n / self.hw.link_bandwidth
@@ -162,8 +160,12 @@ class CostModel:
             + self.ovh.per_prefill_seq_s * 0 + self.ovh.per_prefill_token_s * (0 + 0)
         scale = self.scale(b)
         head = ovh + comm
-        return [(head + math.hypot(c, m)) * scale for c, m in zip((flops * self._fc).tolist(),
-                                                                  (mem * self._fm).tolist(), strict=True)]
+        out: list[float] = []
+        for c, d in zip(ctx, distinct, strict=True):
+            dctx = d + share * (c - d) if 0 <= d < c else float(c)
+            out.append((head + math.hypot((lin + attn * (0.0 + dctx + n)) * fc, (w + kv_read * dctx + kv_write) * fm))
+                       * scale)
+        return out
 
     def step_time(self, b: BatchShape) -> float:
         return self.cost(b).total_s * self.scale(b)

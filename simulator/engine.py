@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import simpy
 
 from simulator.cost_model import CostModel
@@ -278,9 +277,9 @@ class Replica:
             distinct, usage = plan.states(i, m)
             if not len(distinct):
                 break
-            ctx = plan.ctx0 + n * (np.arange(i, i + len(distinct), dtype=np.int64) - 1)
+            ctx = [plan.ctx0 + n * (s - 1) for s in range(i, i + len(distinct))]
             t = times[-1]
-            for dur, u in zip(self.cost.decode_step_times(n, ctx, distinct), usage.tolist(), strict=True):
+            for dur, u in zip(self.cost.decode_step_times(n, ctx, distinct), usage, strict=True):
                 t = t + dur
                 times.append(t)
                 durs.append(dur)

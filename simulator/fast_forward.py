@@ -4,7 +4,7 @@ Between the events that change a batch — a request reaching the engine, a pref
 request finishing, a block the growth would lack (preemption), a client abort — an engine's steps are pure
 decodes of the same requests, each adding one token per request. Their durations are the cost model's for the
 same sums a step-by-step run would build (context grows by one token per request per step; distinct KV by the
-blocks the step allocates), so a run of K such steps can be priced on arrays (``CostModel.decode_step_times``,
+blocks the step allocates), so a run of K such steps can be priced at once (``CostModel.decode_step_times``,
 the same operations as one ``step_time`` call per step) and its state applied once per request (tokens, blocks,
 promotions at the step and time they happen), instead of K scheduler passes over every request.
 
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import numpy as np
-
 from simulator.request import Request
 
 
@@ -40,9 +38,9 @@ class DecodeRun(Protocol):
     reqs: list[Request]
     ctx0: int
 
-    def states(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    def states(self, i: int, m: int) -> tuple[list[int], list[float]]:
         """Steps i … i + m − 1 (fewer where the run cannot go on): the decodes' distinct KV tokens after each
-        is scheduled (int64) and the KV usage after each completes (float64, as the engine computes it)."""
+        is scheduled and the KV usage after each completes (as the engine computes it)."""
         ...
 
     def valid(self, k: int) -> bool:

@@ -84,7 +84,7 @@ def test_a_cluster_fast_forwards_to_the_same_results():
         _same(ref, ff)
 
 
-def test_a_runs_step_times_priced_on_arrays_are_bit_identical_to_one_step_at_a_time():
+def test_a_runs_step_times_priced_at_once_are_bit_identical_to_one_step_at_a_time():
     from simulator.cost_model import BatchShape, CostModel
     from simulator.profiles import load_hardware, load_model
     rng = np.random.default_rng(0)
@@ -95,7 +95,43 @@ def test_a_runs_step_times_priced_on_arrays_are_bit_identical_to_one_step_at_a_t
                 for n in (1, 8, 9, 64):
                     ctx = rng.integers(n, 10**6, 40)
                     distinct = np.array([rng.choice([-1, int(rng.integers(0, c)), int(c), int(c) + 5]) for c in ctx])
-                    got = cm.decode_step_times(n, ctx, distinct)
+                    got = cm.decode_step_times(n, ctx.tolist(), distinct.tolist())
                     want = [cm.step_time(BatchShape(decodes=n, decode_ctx=int(c), decode_distinct=int(d)))
                             for c, d in zip(ctx, distinct, strict=True)]
                     assert got == want, (hw, family, tp, n)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.integers(1, 700), min_size=1, max_size=12), blocks=st.integers(60, 400),
+       chunks=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 40)), min_size=1, max_size=5))
+def test_a_block_runs_states_count_each_steps_blocks_as_the_direct_sum(lengths, blocks, chunks):
+    """BlockDecodeRun counts the blocks step i takes by residue class; the direct sum over requests and steps gives
+    the same free blocks, distinct KV tokens and usage, and the same step at which the reserve would be broken,
+    whatever steps are asked for and in what order."""
+    from simulator.schedulers.vllm_v0 import VllmV0Scheduler
+    from tests.helpers import config, request
+    s = VllmV0Scheduler(config("vllm-0.6.3", num_gpu_blocks=blocks, block_size=16))
+    reqs = [request(i, n, max_tokens=200) for i, n in enumerate(lengths)]
+    for r in reqs:
+        s.add(r, 0.0)
+    t = 0.0
+    while any(r.in_prefill for r in s.running) or s.waiting:
+        st_ = s.schedule(t, int(t))
+        if st_ is None:
+            break
+        s.complete(st_, t + 1, int(t))
+        t += 1
+    plan = s.decode_run()
+    if plan is None:
+        return
+    bs, nb, free0 = s.cache.block_size, s.cache.num_blocks, s.cache.num_free
+    fill0 = np.array([r.fill_len for r in plan.reqs])
+    blocks0 = np.array([r.engine.num_blocks for r in plan.reqs])
+    for i, m in chunks:
+        steps = np.arange(i, min(i + m, plan.steps + 1))[:, None]
+        need = np.maximum(-(-(fill0[None, :] + steps - 1) // bs) - blocks0[None, :], 0).sum(axis=1)
+        free = free0 - need
+        k = int(np.argmin(free >= plan.reserve)) if not (free >= plan.reserve).all() else len(free)
+        distinct, usage = plan.states(i, m)
+        assert distinct == ((nb - free[:k]) * bs).tolist()
+        assert usage == (1.0 - free[:k] / nb).tolist()

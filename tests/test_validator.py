@@ -95,3 +95,38 @@ def test_tampered_files_refused(tmp_path: Path, tamper):
     with pytest.raises(TraceError) as e:
         validate_trace(d)
     assert e.value.check in ("digest", "manifest")
+
+
+def _suffix_slice(t: Trace, i: int) -> slice:
+    src, start, length = t.arrays["segments"][t.arrays["seg_offsets"][i + 1] - 1]
+    return slice(int(start), int(start + length))
+
+
+def test_suffixes_alike_in_their_lead_are_distinct_and_a_repeat_names_the_first():
+    """The distinct-suffix check keys suffixes by their first tokens: suffixes that share those but differ later pass,
+    and a repeat is named against the first request with that suffix, as comparing every pair would."""
+    from scenarios.validate import FINGERPRINT
+    t = _copy()
+    pool = t.arrays["pool"]
+    same = [i for i in range(t.n_requests) if _suffix_slice(t, i).stop - _suffix_slice(t, i).start
+            == _suffix_slice(t, 0).stop - _suffix_slice(t, 0).start]
+    assert len(same) >= 4
+    a, b, c, d = same[:4]
+    lead = pool[_suffix_slice(t, a)][:FINGERPRINT].copy()
+    for i in (b, c, d):
+        pool[_suffix_slice(t, i)][:FINGERPRINT] = lead          # the same lead, different tails: all distinct
+    validate_trace(t)
+    pool[_suffix_slice(t, d)] = pool[_suffix_slice(t, b)]       # d repeats b (not a, whose lead it shares)
+    with pytest.raises(TraceError) as e:
+        validate_trace(t)
+    assert (e.value.check, e.value.request) == ("distinct-suffix", d) and f"request {b}" in str(e.value)
+
+
+def test_a_segment_outside_its_array_is_refused_at_its_request():
+    t = _copy()
+    segs, off = t.arrays["segments"], t.arrays["seg_offsets"]
+    k = int(off[3])                                             # request 3's first segment
+    segs[k, 2] = t.arrays["pool"].size + t.arrays["prefix"].size + 1
+    with pytest.raises(TraceError) as e:
+        validate_trace(t)
+    assert (e.value.check, e.value.request) == ("schema", 3) and f"segment {k} " in str(e.value)

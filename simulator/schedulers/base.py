@@ -7,8 +7,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-import numpy as np
-
 from simulator.cost_model import BatchShape
 from simulator.request import Request
 
@@ -159,28 +157,52 @@ class BlockSchedulerBase(SchedulerBase):
 class BlockDecodeRun:
     """A decode run over a BlockCache (simulator.fast_forward.DecodeRun): step i grows each table to cover its
     fill length + i − 1 tokens; every growth check must find a block beyond ``reserve`` (vLLM V0 wants one
-    free block before every append, V1 only the blocks it takes)."""
+    free block before every append, V1 only the blocks it takes).
+
+    Request j with fill length f and b blocks needs max(0, ⌈(i + d)/block_size⌉) more blocks at step i, d = f − 1 −
+    b·block_size: one more each step at which i + d ≥ 1 and i + d − 1 is a multiple of the block size. The steps are
+    counted that way, a residue class at a time, so pricing K steps of n requests costs n + K, not n · K."""
 
     def __init__(self, sched: BlockSchedulerBase, steps: int, reserve: int, finish: bool = False):
         self.sched, self.steps, self.reserve = sched, steps, reserve
         self.finish = finish                 # requests finish in its last step (completed by ``complete``)
         self.reqs = list(sched.running)
         self.ctx0 = sum(r.num_computed for r in self.reqs)
-        n = len(self.reqs)
-        self._fill0 = np.fromiter((r.fill_len for r in self.reqs), np.int64, n)
-        self._blocks0 = np.fromiter((r.engine.num_blocks for r in self.reqs), np.int64, n)
-        self._bs = sched.cache.block_size
+        bs = sched.cache.block_size
+        self._bs = bs
+        self._d = sorted((r.fill_len - 1 - r.engine.num_blocks * bs for r in self.reqs), reverse=True)
         self._nb = sched.cache.num_blocks
         self._free0 = sched.cache.num_free
+        self._at = 0                         # the step whose need is counted below (0: before the first)
+        self._need = 0                       # blocks the requests take in steps 1 … _at
+        self._active = 0                     # requests (in _d's order) that have begun to take blocks by then
+        self._by_residue = [0] * bs          # of those, how many take a block at each step ≡ −(d − 1) mod bs
 
-    def states(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-        steps = np.arange(i, min(i + m, self.steps + 1))[:, None]
-        need = np.maximum(-(-(self._fill0[None, :] + steps - 1) // self._bs) - self._blocks0[None, :], 0).sum(axis=1)
-        free = self._free0 - need
-        ok = free >= self.reserve
-        k = int(np.argmin(ok)) if not ok.all() else len(free)
-        free = free[:k]
-        return (self._nb - free) * self._bs, 1.0 - free / self._nb
+    def _advance(self) -> None:
+        """Count the next step's blocks."""
+        s, d, bs = self._at + 1, self._d, self._bs
+        while self._active < len(d) and d[self._active] >= 1 - s:
+            self._by_residue[(d[self._active] - 1) % bs] += 1
+            self._active += 1
+        self._need += self._by_residue[-s % bs]
+        self._at = s
+
+    def states(self, i: int, m: int) -> tuple[list[int], list[float]]:
+        if i <= self._at:                    # a pass from the start again: count afresh
+            self._at = self._need = self._active = 0
+            self._by_residue = [0] * self._bs
+        while self._at < i - 1:
+            self._advance()
+        distinct: list[int] = []
+        usage: list[float] = []
+        for _ in range(i, min(i + m, self.steps + 1)):
+            self._advance()
+            free = self._free0 - self._need
+            if free < self.reserve:
+                break
+            distinct.append((self._nb - free) * self._bs)
+            usage.append(1.0 - free / self._nb)
+        return distinct, usage
 
     def valid(self, k: int) -> bool:
         return self.sched.fresh_outputs(self.reqs, k)

@@ -545,9 +545,13 @@ class SgDecodeRun:
         self._total, self._ev = sched.total, sched.tree.evictable_size
         self._held, self._avail = sched.tree.protected_size + sched.private, sched.available
 
-    def states(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-        taken = len(self.reqs) * np.arange(i, min(i + m, self.steps + 1), dtype=np.int64)
-        return self._held + taken, (self._total - (self._avail - taken) - self._ev) / self._total
+    def states(self, i: int, m: int) -> tuple[list[int], list[float]]:
+        n, distinct, usage = len(self.reqs), [], []
+        for s in range(i, min(i + m, self.steps + 1)):
+            taken = n * s
+            distinct.append(self._held + taken)
+            usage.append((self._total - (self._avail - taken) - self._ev) / self._total)
+        return distinct, usage
 
     def valid(self, k: int) -> bool:
         return True
