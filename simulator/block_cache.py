@@ -78,8 +78,9 @@ class BlockCache:
         return -(-n_tokens // self.block_size)
 
     # --- eviction order --------------------------------------------------------------------------
-    # The evictor is a heap of sorted runs: ``free`` pushes a request's newly evictable blocks as runs whose keys
-    # (v0: last access, then deepest first; v1: the order freed) ascend, one heap entry per run at its head. A
+    # The evictor is a heap of sorted runs: ``free_many`` pushes the newly evictable blocks of the requests it frees
+    # as one run sorted by key (v0: last access, then deepest first; v1: the order freed), one heap entry per run
+    # at its head. A
     # fresh block takes the head of the lowest run and goes on along that run while its next key stays below every
     # other run's head, so blocks leave in exactly the order one heap entry per block would give. Entries of
     # blocks referenced again since (their version moved) are skipped when reached.
@@ -270,35 +271,44 @@ class BlockCache:
     # --- release ---------------------------------------------------------------------------------
     def free(self, req: Request, now: float) -> None:
         """Release req's blocks: cached ones become evictable at refcount 0 (deepest first)."""
-        table: SeqBlocks | None = req.engine
-        if table is None:
-            return
-        when = max(table.last_access, 0.0)
+        self.free_many([req], now)
+
+    def free_many(self, reqs: list[Request], now: float) -> None:
+        """``free`` of each request in turn. Their newly evictable blocks join the evictor as one run, sorted where
+        their keys do not already ascend (requests finishing in one step share their last access and interleave by
+        depth): blocks leave in the same order as from a run per request, with far fewer heap moves."""
         cached, v0 = self.cached, self.variant == "v0"
         seq = self._seq
         run: list[tuple[float, int, int, int, int]] = []
+        ascending = True
         last1, last2 = -1.0, 0
-        for h in reversed(self._released(table, when)):
-            blk = cached[h]
-            blk.refcount -= 1
-            if blk.last_access < when:
-                blk.last_access = when
-            if blk.refcount == 0:
-                seq += 1
-                blk.version += 1
-                k1, k2 = (blk.last_access, -blk.depth) if v0 else (float(seq), 0)
-                if k1 < last1 or (k1 == last1 and k2 < last2):   # keys must ascend along a run: start another
-                    heapq.heappush(self._heap, (*run[0][:3], run, 0))
-                    run = []
-                last1, last2 = k1, k2
-                run.append((k1, k2, seq, h, blk.version))
+        for req in reqs:
+            table: SeqBlocks | None = req.engine
+            if table is None:
+                continue
+            when = max(table.last_access, 0.0)
+            for h in reversed(self._released(table, when)):
+                blk = cached[h]
+                blk.refcount -= 1
+                if blk.last_access < when:
+                    blk.last_access = when
+                if blk.refcount == 0:
+                    seq += 1
+                    blk.version += 1
+                    k1, k2 = (blk.last_access, -blk.depth) if v0 else (float(seq), 0)
+                    if k1 < last1 or (k1 == last1 and k2 < last2):
+                        ascending = False
+                    last1, last2 = k1, k2
+                    run.append((k1, k2, seq, h, blk.version))
+            self.private_used -= table.n_private
+            self.free_hashless += table.n_private
+            req.engine = None
         if run:
-            heapq.heappush(self._heap, (*run[0][:3], run, 0))
+            if not ascending:
+                run.sort()                  # keys are unique (seq): the order of every key, as the heap would take
+            heapq.heappush(self._heap, (run[0][0], run[0][1], run[0][2], run, 0))
         self._num_evictable += seq - self._seq
         self._seq = seq
-        self.private_used -= table.n_private
-        self.free_hashless += table.n_private
-        req.engine = None
 
     def _released(self, table: SeqBlocks, when: float) -> list[int]:
         """The hashes whose reference a table's free lets go of: all of them, or past its head while other tables

@@ -234,17 +234,23 @@ HEADS = ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [7] * 8)
 @given(variant=st.sampled_from(["v0", "v1"]), held=st.booleans(), data=st.data())
 def test_block_evictor_takes_blocks_in_the_reference_order(variant, held, data):
     """Blocks leave in the reference's order, whether the requests that carry a whole shared head take it through
-    the group's hold (``held``) or block by block; touches move a table's release time."""
+    the group's hold (``held``) or block by block, and whether requests are freed one by one or several at once
+    (``free_many``: one sorted run); touches move a table's release time."""
     bs, nb = 2, 24
     c, ref = BlockCache(nb, bs, True, variant), _LruReference(nb, variant)
     shared = [SharedHead(len(h)) for h in HEADS]
     live: list[Request] = []
     for step in range(data.draw(st.integers(5, 60))):
         now = float(step // 3)                         # operations share instants
-        if live and data.draw(st.booleans()):
-            r = live.pop(data.draw(st.integers(0, len(live) - 1)))
-            ref.release(list(r.engine.hashes), r.engine.n_private, max(r.engine.last_access, 0.0))
-            c.free(r, now)
+        if live and data.draw(st.booleans()):              # free one, or several at once as a step's finishes
+            gone = [live.pop(data.draw(st.integers(0, len(live) - 1)))
+                    for _ in range(min(len(live), data.draw(st.sampled_from([1, 1, 2, 3]))))]
+            for r in gone:
+                ref.release(list(r.engine.hashes), r.engine.n_private, max(r.engine.last_access, 0.0))
+            if len(gone) == 1:
+                c.free(gone[0], now)
+            else:
+                c.free_many(gone, now)
         elif live and data.draw(st.booleans()):
             c.touch(live[data.draw(st.integers(0, len(live) - 1))], now)
         else:

@@ -117,8 +117,8 @@ class BlockSchedulerBase(SchedulerBase):
             t = r.engine
             if t is not None and r.num_computed // bs > len(t.hashes):
                 self.cache.promote_full_blocks(r, r.num_computed, step_id, now)
+        self.cache.free_many(done, now)
         for r in done:
-            self.cache.free(r, now)
             r.release_tokens()
         if done:
             fin = {id(r) for r in done}
