@@ -257,16 +257,30 @@ class BlockCache:
             return
         hs = req.hash_memo(n_full, self.block_size)
         while len(table.hashes) < n_full and table.n_private > 0:
-            depth = len(table.hashes) + 1
-            h = hs[depth - 1]
-            table.n_private -= 1
-            self.private_used -= 1
-            if h in self.cached:
-                self._ref(h, now)
-                self.free_hashless += 1
-            else:
-                self.cached[h] = CachedBlock(depth, step, now)
-            table.hashes.append(h)
+            self._promote(table, hs[len(table.hashes)], step, now)
+
+    def promote_decoded(self, req: Request, nc0: int, n_tokens: int, step_id: int, times: list[float]) -> None:
+        """``promote_full_blocks`` of each block a decode run filled, at the step that filled it: the run began with
+        ``nc0`` tokens computed, its step i (id step_id + i − 1) ended at times[i]."""
+        table: SeqBlocks = req.engine
+        bs = self.block_size
+        n_full = n_tokens // bs
+        if len(table.hashes) >= n_full or table.n_private == 0 or not self.prefix_caching:
+            return
+        hs = req.hash_memo(n_full, bs)
+        while len(table.hashes) < n_full and table.n_private > 0:
+            i = max((len(table.hashes) + 1) * bs - nc0, 1)          # the step that filled the block
+            self._promote(table, hs[len(table.hashes)], step_id + i - 1, times[i])
+
+    def _promote(self, table: SeqBlocks, h: int, step: int, now: float) -> None:
+        table.n_private -= 1
+        self.private_used -= 1
+        if h in self.cached:
+            self._ref(h, now)
+            self.free_hashless += 1
+        else:
+            self.cached[h] = CachedBlock(len(table.hashes) + 1, step, now)
+        table.hashes.append(h)
 
     # --- release ---------------------------------------------------------------------------------
     def free(self, req: Request, now: float) -> None:

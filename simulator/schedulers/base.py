@@ -178,30 +178,28 @@ class BlockDecodeRun:
         self._active = 0                     # requests (in _d's order) that have begun to take blocks by then
         self._by_residue = [0] * bs          # of those, how many take a block at each step ≡ −(d − 1) mod bs
 
-    def _advance(self) -> None:
-        """Count the next step's blocks."""
-        s, d, bs = self._at + 1, self._d, self._bs
-        while self._active < len(d) and d[self._active] >= 1 - s:
-            self._by_residue[(d[self._active] - 1) % bs] += 1
-            self._active += 1
-        self._need += self._by_residue[-s % bs]
-        self._at = s
-
     def states(self, i: int, m: int) -> tuple[list[int], list[float]]:
         if i <= self._at:                    # a pass from the start again: count afresh
             self._at = self._need = self._active = 0
             self._by_residue = [0] * self._bs
-        while self._at < i - 1:
-            self._advance()
+        d, bs, by = self._d, self._bs, self._by_residue
+        at, need, active, n = self._at, self._need, self._active, len(self._d)
         distinct: list[int] = []
         usage: list[float] = []
-        for _ in range(i, min(i + m, self.steps + 1)):
-            self._advance()
-            free = self._free0 - self._need
-            if free < self.reserve:
-                break
-            distinct.append((self._nb - free) * self._bs)
-            usage.append(1.0 - free / self._nb)
+        end = min(i + m, self.steps + 1)
+        while at + 1 < end:                  # count step at + 1's blocks
+            at += 1
+            while active < n and d[active] >= 1 - at:
+                by[(d[active] - 1) % bs] += 1
+                active += 1
+            need += by[-at % bs]
+            if at >= i:
+                free = self._free0 - need
+                if free < self.reserve:
+                    break
+                distinct.append((self._nb - free) * bs)
+                usage.append(1.0 - free / self._nb)
+        self._at, self._need, self._active = at, need, active
         return distinct, usage
 
     def valid(self, k: int) -> bool:

@@ -253,7 +253,7 @@ class VllmV0Scheduler(BlockSchedulerBase):
         """Apply k steps of the run: ``times[i]`` is when step i ended (times[0]: when the run started),
         step i's id is step_id + i − 1. Where the k-th is the run's last, in which requests finish, it is
         applied up to its tokens and returned for ``complete`` (promotion, the finished requests' free)."""
-        bs, cache = self.cache.block_size, self.cache
+        cache = self.cache
         final = plan.finish and k == plan.steps
         t = k - 1 if final else k                      # steps whose tokens are emitted here
         last_start, end = times[k - 1], times[t]
@@ -265,10 +265,7 @@ class VllmV0Scheduler(BlockSchedulerBase):
             r.last_token_s = end
             if r.token_times is not None:
                 r.token_times.extend(times[1:t + 1])
-            if cache.prefix_caching:
-                for d in range(len(r.engine.hashes) + 1, (nc0 + t) // bs + 1):
-                    i = max(d * bs - nc0, 1)                      # the step that filled block d
-                    cache.promote_full_blocks(r, d * bs, step_id + i - 1, times[i])
+            cache.promote_decoded(r, nc0, nc0 + t, step_id, times)
             r.engine.last_access = last_start
         return Step("decode", [(r, 1) for r in plan.reqs], BatchShape(decodes=len(plan.reqs))) if final else None
 
