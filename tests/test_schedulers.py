@@ -454,3 +454,67 @@ def test_schedulers_come_from_the_registry_by_engine_family():
     assert all(cls.family == fam for fam, cls in SCHEDULERS.items())
     with _pytest.raises(KeyError, match="no scheduler; known"):
         make_scheduler(SimpleNamespace(family="trt-llm"))
+
+
+def _warm_prefix(s: SglangScheduler) -> None:
+    """A finished request leaves its 1,000 tokens (the first 900 shared by every ``shared=900`` request) in the tree."""
+    warm = request(0, 1000, max_tokens=1, shared=900)
+    s.add(warm, 0)
+    run_until_token(s, warm)
+    assert s.schedule(9, 9) is None          # idle: releases the finished request (overlap: one step late)
+
+
+def test_sglang_admission_takes_the_priority_pass_match():
+    """0.4.1 ``get_new_batch_prefill``: ``calc_priority`` matches every waiting request under LPM (touching its path),
+    and admission then takes that match (``init_next_round_input(None)``: ``prefix_computed``) without matching, so
+    touching, again; under FCFS nothing is matched before admission, which matches each request it tries. 0.5.23
+    matches every request admission tries (``init_next_round_input(self.tree_cache)``), after LPM's own match too."""
+    for preset, policy, passes in (("sglang-0.4.1", "lpm", 1), ("sglang-0.4.1", "fcfs", 1),
+                                   ("sglang-current", "lpm", 2), ("sglang-current", "fcfs", 1)):
+        s = SglangScheduler(config(preset, schedule_policy=policy))
+        _warm_prefix(s)
+        hot = [request(1, 1000, shared=900), request(2, 1000, shared=900)]
+        nodes = 0
+        for split in (True, False):          # the first match splits the warm node at 900; then the paths stand
+            for r in hot:
+                path: list = []
+                s.tree.match_prefix(r.tokens(r.fill_len), 10, r.fill_len - 1, None, path)
+                nodes += 0 if split else len(path)
+        for r in hot:
+            s.add(r, 10)
+        clock = s.tree._clock
+        st = s.schedule(10, 10)
+        assert [r for r, _ in st.items] == hot and all(r.cached_tokens == 900 for r in hot)
+        assert s.tree._clock - clock == passes * nodes, (preset, policy)      # each request's path, each pass
+
+
+def test_sglang_a_step_the_chunked_request_fills_still_orders_and_offers_the_queue():
+    """0.4.1 ``get_new_batch_prefill`` runs ``calc_priority`` whenever prefill is tried, also when the request being
+    chunked takes the whole chunk: the queue is sorted (LPM) and its head offered to ``add_one_req``, whose budget
+    check marks the batch full (NO_TOKEN) before a chunk of 0 tokens would be refused (OTHER)."""
+    s = SglangScheduler(config("sglang-0.4.1", chunked_prefill_size=256, max_total_tokens=3000,
+                               disable_overlap_schedule=True))
+    _warm_prefix(s)
+    long = request(3, 1024)                  # cold: chunked 256 at a time
+    s.add(long, 10)
+    st = s.schedule(10, 10)
+    assert st.items == [(long, 256)] and s.being_chunked is long
+    cold, hot = request(4, 1500, max_tokens=900), request(5, 1000, max_tokens=2500, shared=900)
+    s.add(cold, 10.5)
+    s.add(hot, 10.5)
+    s.complete(st, 11, 10)
+    st = s.schedule(11, 11)
+    assert st.items == [(long, 256)]                          # the chunk is full: nothing else fits in it
+    assert list(s.waiting) == [hot, cold]                    # yet the queue was ordered by match length
+    assert s.batch_is_full                                   # and its head (100 + 2,500 ≥ what is left) refused
+
+
+def test_sglang_an_admission_that_spends_the_budget_marks_the_batch_full():
+    """0.4.1 ``add_one_req`` returns ``budget_state()`` after adding a request: NO_TOKEN once ``rem_total_tokens``
+    (or ``cur_rem_tokens``) is spent, and the scheduler marks the batch full — as for a request refused."""
+    s = SglangScheduler(config("sglang-0.4.1", max_total_tokens=3000, disable_overlap_schedule=True))
+    _warm_prefix(s)                          # 1,000 evictable tokens; 900 of them the hot request's prefix
+    hot = request(1, 1000, max_tokens=2000, shared=900)     # 100 + 2,000 = 3,000 − the 900 its lock protects
+    s.add(hot, 10)
+    st = s.schedule(10, 10)
+    assert st.items == [(hot, 100)] and s.batch_is_full

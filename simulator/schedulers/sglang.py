@@ -95,6 +95,9 @@ class SglangScheduler(SchedulerBase):
         # from the next decode (update_running_batch, ``_reqs_finishing_inflight``) and, without overlap, filters a
         # processed finish at the top of get_next_batch_to_run, before the prefill is tried
         self.filter_delay = (2 if self.overlap else 1) if cfg.version.startswith("0.4") else int(self.overlap)
+        # admission takes the match the ordering made (0.4.1 get_new_batch_prefill: init_next_round_input(None if
+        # prefix_computed …)); 0.5 matches every request it tries again (init_next_round_input(self.tree_cache))
+        self.rematch_on_admission = not cfg.version.startswith("0.4")
         self.unsent: list[Request] = []       # inline: emitted their token in the last step, not yet streamed
         self.unreported: list[Request] = []   # inline: finished in the last step, not yet reported
         self.lame_ducks: list[Request] = []     # finished last step, released after this one
@@ -204,19 +207,23 @@ class SglangScheduler(SchedulerBase):
         r.release_tokens()
 
     # --- ordering --------------------------------------------------------------------------------
-    def _ordered(self, now: float) -> list[Request]:
+    def _ordered(self, now: float) -> tuple[list[Request], dict[int, tuple[int, Node]] | None]:
+        """``SchedulePolicy.calc_priority``: the waiting queue in the order admission tries it, and each request's
+        match where the policy computed it (LPM, dfs-weight: ``prefix_computed``, so admission does not match
+        again); None where admission matches each request it tries (``init_next_round_input(tree_cache)``)."""
         waiting = list(self.waiting)
         policy = self.cfg.schedule_policy
         if policy == "lpm" and len(waiting) > self.cfg.lpm_fallback_threshold:
             policy = "fcfs"
         if policy not in ("lpm", "dfs-weight") or self.cfg.disable_radix_cache:
-            return get_ordering(policy if policy != "lpm" else "fcfs")(waiting, lambda r: 0)
-        matched = {id(r): self._match(r, now)[0] for r in waiting}
+            return get_ordering(policy if policy != "lpm" else "fcfs")(waiting, lambda r: 0), None
+        got = {id(r): self._match(r, now) for r in waiting}
+        matched = {k: v[0] for k, v in got.items()}
         deprio = self._in_batch_dedup(waiting, matched, now) if policy == "lpm" else set()
         ordered = self.order(waiting, lambda r: -1 if id(r) in deprio else matched[id(r)])
         self.waiting.clear()
         self.waiting.extend(ordered)          # the sort is in place: the queue stays permuted
-        return ordered
+        return ordered, got
 
     def _in_batch_dedup(self, waiting: list[Request], matched: dict[int, int], now: float) -> set[int]:
         """The waiting requests whose prefix another, earlier one shares (SGLang builds a scratch radix tree of
@@ -271,7 +278,12 @@ class SglangScheduler(SchedulerBase):
             rem_input -= n
             rem_chunk -= n
             self.being_chunked = None if last else r
-        for r in (self._ordered(now) if rem_chunk > 0 else []):
+        # calc_priority runs whenever prefill is tried, even when the request being chunked took the whole chunk:
+        # the head of the queue is then still offered (NO_TOKEN marks the batch full; a chunk of 0 is OTHER)
+        ordered, computed = self._ordered(now) if self.waiting else ([], None)
+        if self.rematch_on_admission:
+            computed = None
+        for r in ordered:
             if len(self.running) + len(items) >= (self.cfg.max_running_requests or 0):
                 self.batch_is_full = True
                 break
@@ -279,7 +291,7 @@ class SglangScheduler(SchedulerBase):
                 self.waiting.remove(r)
                 self.reject(r, f"prompt of {r.fill_len} tokens exceeds max_req_len {self.max_req_len}")
                 continue
-            prefix, node = self._match(r, now)
+            prefix, node = computed[id(r)] if computed is not None else self._match(r, now)
             extend = r.fill_len - prefix
             total = extend + min(r.max_tokens - r.output_len, clip)
             if total >= rem_total:
@@ -292,6 +304,9 @@ class SglangScheduler(SchedulerBase):
             if total > rem_total:
                 self.tree.dec_lock_ref(node)
                 self.batch_is_full = True
+                break
+            if extend > rem_chunk == 0:            # a chunk of no tokens: OTHER
+                self.tree.dec_lock_ref(node)
                 break
             r.engine = SgState(prefix, node, prefix)
             r.match_memo = None
@@ -311,7 +326,10 @@ class SglangScheduler(SchedulerBase):
                 items.append((r, rem_chunk))
                 self.being_chunked = r
                 rem_chunk = 0
-            if rem_total <= 0 or cur_rem <= 0 or rem_input <= 0 or rem_chunk <= 0:
+            if rem_total <= 0 or cur_rem <= 0:     # budget_state: NO_TOKEN
+                self.batch_is_full = True
+                break
+            if rem_input <= 0 or rem_chunk <= 0:    # OTHER
                 break
         for r, n in items:
             if not self._alloc(n):
