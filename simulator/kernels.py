@@ -5,8 +5,8 @@
   depends on every token before it, so equal states mean equal prefixes (up to 2⁻⁶⁴ collisions); a chain
   continues from the last state. Computed for all tokens at once as ``K^(n−1) · Σ (t_k + 1) · K^(−k)``
   (K is odd, hence invertible mod 2⁶⁴).
-- ``chain_hashes(tokens, block_size, parent)``: those states finished by splitmix64 (a bijection), the key a
-  block is cached under. The same bytes in any process (no Python ``hash()``, no PYTHONHASHSEED).
+  A block is cached under its state itself: the same value in any process (no Python ``hash()``, no
+  PYTHONHASHSEED). A finaliser such as splitmix64 is a bijection: it would change no equality, hence no result.
 - ``common_prefix_len(a, b)``: length of the longest common prefix of two token arrays; ``common_prefix_at`` the
   same of ``a`` and ``b[n:]`` given both arrays' bytes (``token_bytes``): a whole ``a`` matched is one memcmp
   (``bytes.startswith``), the common case when a key walks down a tree, and only a partial match is counted.
@@ -27,13 +27,6 @@ ROOT_HASH = 0x9E3779B97F4A7C15              # the state before the first token
 _U1 = np.uint64(1)
 
 
-def _splitmix_py(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
-    return x ^ (x >> 31)
-
-
 def chain_states_py(tokens: np.ndarray, block_size: int, parent: int) -> np.ndarray:
     """Reference: the hash state after each full block of ``tokens``, chained from ``parent``."""
     n = len(tokens) // block_size
@@ -45,11 +38,6 @@ def chain_states_py(tokens: np.ndarray, block_size: int, parent: int) -> np.ndar
             a = (a * K + (t & MASK) + 1) & MASK
         out.append(a)
     return np.array(out, dtype=np.uint64)
-
-
-def chain_hashes_py(tokens: np.ndarray, block_size: int, parent: int) -> np.ndarray:
-    """Reference: the keys of the full blocks of ``tokens`` chained from ``parent``."""
-    return np.array([_splitmix_py(int(a)) for a in chain_states_py(tokens, block_size, parent)], dtype=np.uint64)
 
 
 def common_prefix_len_py(a: np.ndarray, b: np.ndarray) -> int:
@@ -97,20 +85,6 @@ def chain_states(tokens: np.ndarray, block_size: int, parent: int = ROOT_HASH) -
     return np.uint64(parent & MASK) * fwd[block_size:n + 1:block_size] + fwd[last] * c[last]
 
 
-def finish(states: np.ndarray) -> np.ndarray:
-    """splitmix64 of each state (the cache key)."""
-    if states.shape[0] <= 4:
-        return np.array([_splitmix_py(int(a)) for a in states], dtype=np.uint64)
-    x = states + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def chain_hashes(tokens: np.ndarray, block_size: int, parent: int = ROOT_HASH) -> np.ndarray:
-    return finish(chain_states(tokens, block_size, parent))
-
-
 _RUN: dict[int, tuple[int, int]] = {}     # block size → (K^bs, Σ_{i<bs} K^i) mod 2⁶⁴
 
 
@@ -126,11 +100,6 @@ def chain_states_constant(token: int, block_size: int, n_blocks: int, parent: in
         a = (a * step + add) & MASK
         out.append(a)
     return out
-
-
-def finish_int(state: int) -> int:
-    """``finish`` of one state."""
-    return _splitmix_py(state)
 
 
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.kernels import ROOT_HASH, chain_states, chain_states_constant, finish, finish_int
+from simulator.kernels import ROOT_HASH, chain_states, chain_states_constant
 
 
 class SharedHead:
@@ -32,7 +32,7 @@ class SharedHead:
         got = self._chains.get(block_size)
         if got is None:
             st = chain_states(prompt[:self.n_tokens // block_size * block_size], block_size, ROOT_HASH)
-            got = self._chains[block_size] = (finish(st).tolist(), int(st[-1]) if st.shape[0] else ROOT_HASH)
+            got = self._chains[block_size] = (st.tolist(), int(st[-1]) if st.shape[0] else ROOT_HASH)
         return got
 
 
@@ -114,19 +114,19 @@ class Request:
             full = max(n_blocks, self.prompt_len // block_size)
             lead, state = self.head.chain(self.prompt, block_size) if self.head is not None else ([], ROOT_HASH)
             st = chain_states(self.tokens(full * block_size)[len(lead) * block_size:], block_size, state)
-            h = lead + finish(st).tolist()
+            h = lead + st.tolist()
             self._hashes, self._hash_bs = h, block_size
             self._states = int(st[-1]) if st.shape[0] else state
         elif len(h) < n_blocks:
             start = len(h)
             if start * block_size >= self.prompt_len:         # generated tokens only: one repeated id
                 states = chain_states_constant(self.output_token_id, block_size, n_blocks - start, self._states)
-                h.extend(finish_int(a) for a in states)
+                h.extend(states)
                 self._states = states[-1]
             else:
                 toks = self.tokens(n_blocks * block_size)[start * block_size:]
                 st = chain_states(toks, block_size, self._states)
-                h.extend(finish(st).tolist())
+                h.extend(st.tolist())
                 self._states = int(st[-1])
         return h
 

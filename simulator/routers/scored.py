@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from simulator.kernels import ROOT_HASH, chain_hashes
+from simulator.kernels import ROOT_HASH, chain_states
 from simulator.request import Request
 from simulator.routers.base import NoRequestState, RouterParams, View
 
@@ -51,7 +51,7 @@ class Scored(NoRequestState):
         nb = min(req.prompt_len // bs, self.params.max_prefix_blocks)
         if nb == 0:
             return []
-        return [int(h) for h in chain_hashes(req.prompt[:nb * bs], bs, ROOT_HASH)]
+        return [int(h) for h in chain_states(req.prompt[:nb * bs], bs, ROOT_HASH)]
 
     def _prefix_scores(self, blocks: list[int]) -> list[float]:
         if not blocks:
