@@ -80,10 +80,9 @@ class BlockCache:
     # --- eviction order --------------------------------------------------------------------------
     # The evictor is a heap of sorted runs: ``free_many`` pushes the newly evictable blocks of the requests it frees
     # as one run sorted by key (v0: last access, then deepest first; v1: the order freed), one heap entry per run
-    # at its head. A
-    # fresh block takes the head of the lowest run and goes on along that run while its next key stays below every
-    # other run's head, so blocks leave in exactly the order one heap entry per block would give. Entries of
-    # blocks referenced again since (their version moved) are skipped when reached.
+    # at its head. A fresh block takes the head of the lowest run and goes on along that run while its next key
+    # stays below every other run's head, so blocks leave in exactly the order one heap entry per block would give.
+    # Entries of blocks referenced again since (their version moved) are skipped when reached.
     def _take_fresh_many(self, n: int) -> None:
         """Take n blocks for new content: content-less blocks first, then evictions in order."""
         k = min(n, self.free_hashless)
