@@ -126,9 +126,10 @@ def cmd_trace_import(a: argparse.Namespace) -> int:
 
 
 def _trace_for(a: argparse.Namespace) -> Any:
-    from scenarios import compile_trace, validate_trace
+    from scenarios.validate import validate_trace
     if a.trace:
         return validate_trace(a.trace)
+    from scenarios.compiler import compile_trace
     return validate_trace(compile_trace(_scenario(a.scenario, a.seed)))
 
 

@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from foundation.errors import SpecError
-from scenarios.spec import format_validation_error
 from simulator.config import EngineConfig, SglangConfig, VllmV0Config, VllmV1Config
 from simulator.profiles import GIB, HardwareProfile, ModelProfile
 
@@ -62,6 +61,7 @@ def _build(cls: type[BaseModel], fields: dict[str, Any], where: str) -> Any:
     try:
         return cls.model_validate(fields)
     except ValidationError as err:
+        from scenarios.spec import format_validation_error
         msg = format_validation_error(err, where)
         if err.errors()[0]["type"] == "extra_forbidden":
             msg += f"; accepted keys: {', '.join(sorted(cls.model_fields))}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.errors import SpecError
-from scenarios.spec import load_yaml
+from scenarios.yaml_text import load_yaml
 
 HERE = Path(__file__).parent
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
