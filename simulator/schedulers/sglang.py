@@ -218,20 +218,19 @@ class SglangScheduler(SchedulerBase):
         if policy not in ("lpm", "dfs-weight") or self.cfg.disable_radix_cache:
             return get_ordering(policy if policy != "lpm" else "fcfs")(waiting, lambda r: 0), None
         got = {id(r): self._match(r, now) for r in waiting}
-        matched = {k: v[0] for k, v in got.items()}
-        deprio = self._in_batch_dedup(waiting, matched, now) if policy == "lpm" else set()
-        ordered = self.order(waiting, lambda r: -1 if id(r) in deprio else matched[id(r)])
+        deprio = self._in_batch_dedup(waiting, got, now) if policy == "lpm" else set()
+        ordered = self.order(waiting, lambda r: -1 if id(r) in deprio else got[id(r)][0])
         self.waiting.clear()
         self.waiting.extend(ordered)          # the sort is in place: the queue stays permuted
         return ordered, got
 
-    def _in_batch_dedup(self, waiting: list[Request], matched: dict[int, int], now: float) -> set[int]:
+    def _in_batch_dedup(self, waiting: list[Request], got: dict[int, tuple[int, Node]], now: float) -> set[int]:
         """The waiting requests whose prefix another, earlier one shares (SGLang builds a scratch radix tree of
         the uncached ones each time): a function of those requests in order alone, so the last answer stands
         while they are the same requests in the same order (a waiting request's tokens do not change), and where
         the last requests lead the new ones the last scratch tree goes on with the rest."""
         th = self.cfg.in_batch_prefix_threshold
-        cand = [r for r in waiting if matched[id(r)] <= th]
+        cand = [r for r in waiting if got[id(r)][0] <= th]
         last, answer, scratch = self._dedup_last
         n = len(last)
         if n <= len(cand) and all(a is b for a, b in zip(cand, last, strict=False)):
