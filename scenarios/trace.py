@@ -140,12 +140,18 @@ class Trace:
         o = self.arrays["seg_offsets"]
         return self.arrays["segments"][o[i]:o[i + 1]]
 
+    def segment_rows(self, i: int) -> list[list[int]]:
+        """Request i's segments as Python ints, ``[source, start, length]`` each (``segments`` without a NumPy
+        scalar per field: what a per-request loop reads)."""
+        o = self.arrays["seg_offsets"]
+        rows: list[list[int]] = self.arrays["segments"][int(o[i]):int(o[i + 1])].tolist()
+        return rows
+
     def prompt(self, i: int) -> np.ndarray:
         """Token ids of request i's prompt (a fresh int32 array)."""
-        parts = []
-        for src, start, length in self.segments(i):
-            base = self.arrays["prefix"] if src == SRC_PREFIX else self.arrays["pool"]
-            parts.append(base[start:start + length])
+        prefix, pool = self.arrays["prefix"], self.arrays["pool"]
+        parts = [(prefix if src == SRC_PREFIX else pool)[start:start + length]
+                 for src, start, length in self.segment_rows(i)]
         return np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
 
     def suffix(self, i: int) -> np.ndarray:

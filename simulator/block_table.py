@@ -3,7 +3,6 @@ a shared head's hold, and the contract between live tables and the references th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from simulator.request import Request
@@ -26,16 +25,18 @@ class CachedBlock:
         self.version = 0
 
 
-@dataclass(slots=True)
 class SeqBlocks:
     """A sequence's block table: the hashes of its cached full blocks, then ``n_private`` blocks."""
 
-    hashes: list[int]
-    n_private: int
-    last_access: float = 0.0   # when the sequence was last scheduled; written to its blocks at free
-    computed_run: int = 0      # leading blocks known computed before computed_run_step (a memo)
-    computed_run_step: int = -1
-    hold: HeadHold | None = None   # its leading blocks are its group's shared head, held through this
+    __slots__ = ("hashes", "n_private", "last_access", "computed_run", "computed_run_step", "hold")
+
+    def __init__(self, hashes: list[int], n_private: int, last_access: float = 0.0):
+        self.hashes = hashes
+        self.n_private = n_private
+        self.last_access = last_access    # when the sequence was last scheduled; written to its blocks at free
+        self.computed_run = 0             # leading blocks known computed before computed_run_step (a memo)
+        self.computed_run_step = -1
+        self.hold: HeadHold | None = None  # its leading blocks are its group's shared head, held through this
 
     @property
     def num_blocks(self) -> int:

@@ -33,7 +33,6 @@ by ``decode_scale_lone`` where that was measured apart; a step with prefill by i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from simulator.profiles import HardwareProfile, ModelProfile, Overheads
 
@@ -45,19 +44,32 @@ def extends_whole_sequence(attention_backend: object) -> bool:
     return attention_backend in WHOLE_SEQUENCE_EXTEND_BACKENDS
 
 
-@dataclass(slots=True)
-class BatchShape:
-    """The sums a step's duration depends on. Schedulers fill this while building a batch."""
+SHAPE_FIELDS = ("prefill_tokens", "prefill_ctx", "prefill_pairs", "prefill_full_pairs", "prefill_seqs",
+                "sampling_prefills", "decodes", "decode_ctx", "decode_distinct")
 
-    prefill_tokens: int = 0        # Σ q_i (uncached new tokens actually computed)
-    prefill_ctx: int = 0           # Σ c_i
-    prefill_pairs: float = 0.0     # Σ (q_i·c_i + q_i(q_i+1)/2)
-    prefill_full_pairs: float = 0.0  # Σ (c_i+q_i)(c_i+q_i+1)/2: the pairs if the whole sequence were attended
-    prefill_seqs: int = 0
-    sampling_prefills: int = 0     # prefill chunks that complete their prompt (LM head runs)
-    decodes: int = 0               # |D|
-    decode_ctx: int = 0            # Σ c_j
-    decode_distinct: int = -1      # tokens of the decodes' contexts that are distinct KV (-1: none shared)
+
+class BatchShape:
+    """The sums a step's duration depends on. Schedulers fill this while building a batch. (A plain class, not a
+    dataclass: compiled, a dataclass keeps its generated ``__init__`` interpreted, one per engine step.)"""
+
+    __slots__ = ("prefill_tokens", "prefill_ctx", "prefill_pairs", "prefill_full_pairs", "prefill_seqs",
+                 "sampling_prefills", "decodes", "decode_ctx", "decode_distinct")
+
+    def __init__(self, prefill_tokens: int = 0, prefill_ctx: int = 0, prefill_pairs: float = 0.0,
+                 prefill_full_pairs: float = 0.0, prefill_seqs: int = 0, sampling_prefills: int = 0,
+                 decodes: int = 0, decode_ctx: int = 0, decode_distinct: int = -1):
+        self.prefill_tokens = prefill_tokens        # Σ q_i (uncached new tokens actually computed)
+        self.prefill_ctx = prefill_ctx              # Σ c_i
+        self.prefill_pairs = prefill_pairs          # Σ (q_i·c_i + q_i(q_i+1)/2)
+        self.prefill_full_pairs = prefill_full_pairs  # Σ (c_i+q_i)(c_i+q_i+1)/2: as if the whole sequence were new
+        self.prefill_seqs = prefill_seqs
+        self.sampling_prefills = sampling_prefills  # prefill chunks that complete their prompt (LM head runs)
+        self.decodes = decodes                      # |D|
+        self.decode_ctx = decode_ctx                # Σ c_j
+        self.decode_distinct = decode_distinct      # decodes' context tokens that are distinct KV (-1: none shared)
+
+    def __repr__(self) -> str:
+        return "BatchShape(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in SHAPE_FIELDS) + ")"
 
     def add_prefill(self, q: int, c: int, samples: bool) -> None:
         self.prefill_tokens += q
@@ -85,12 +97,11 @@ class BatchShape:
         return self.prefill_seqs == 0
 
 
-@dataclass(frozen=True, slots=True)
 class StepCost:
-    compute_s: float
-    memory_s: float
-    comm_s: float
-    overhead_s: float
+    __slots__ = ("compute_s", "memory_s", "comm_s", "overhead_s")
+
+    def __init__(self, compute_s: float, memory_s: float, comm_s: float, overhead_s: float):
+        self.compute_s, self.memory_s, self.comm_s, self.overhead_s = compute_s, memory_s, comm_s, overhead_s
 
     @property
     def total_s(self) -> float:

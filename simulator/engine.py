@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import simpy
@@ -47,23 +46,23 @@ def step_event(step: Step, t0: float) -> dict[str, Any]:
     return {"ev": "run", "t0": t0, "t1": t0, "mode": MODES.get(step.kind, step.kind.upper()), "reqs": reqs}
 
 
-@dataclass(slots=True)
 class _Run:
     """A decode run taken but not yet applied: ``times[i]`` is when step i ends (``times[0]``: when it began)."""
 
-    plan: Any
-    times: list[float]
-    durs: list[float]
-    kv: list[float]
+    __slots__ = ("plan", "times", "durs", "kv")
+
+    def __init__(self, plan: Any, times: list[float], durs: list[float], kv: list[float]):
+        self.plan, self.times, self.durs, self.kv = plan, times, durs, kv
 
 
-@dataclass(slots=True)
 class _Final:
     """A run's last step, in which requests finish: applied up to its tokens; the scheduler completes it when it
     ends (``complete``), as a step-by-step run would."""
 
-    step: Step
-    step_id: int
+    __slots__ = ("step", "step_id")
+
+    def __init__(self, step: Step, step_id: int):
+        self.step, self.step_id = step, step_id
 
 
 class Replica:

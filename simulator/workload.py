@@ -44,10 +44,12 @@ class DagDriver:
 
     def _head(self, i: int) -> SharedHead | None:
         """The shared prefix request i's prompt starts with, whole (None: it starts otherwise)."""
-        segs = self.trace.segments(i)
-        if not self.heads or not segs.size:
+        if not self.heads:
             return None
-        src, start, length = (int(x) for x in segs[0])
+        segs = self.trace.segment_rows(i)
+        if not segs:
+            return None
+        src, start, length = segs[0]
         F = self.heads[0].n_tokens
         return self.heads[start // F] if src == SRC_PREFIX and length == F and start % F == 0 else None
 

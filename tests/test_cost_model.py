@@ -161,7 +161,8 @@ def test_shared_decode_context_costs_kv_shared_cost_of_a_first_read():
     import dataclasses
     hw, tiny = load_hardware("cpu-base"), load_model("tiny-llama")
     b = shape(decodes=[2048] * 16)
-    shared = dataclasses.replace(b, decode_distinct=1843 + 16 * 205)     # 16 contexts, 1,843 tokens shared
+    shared = shape(decodes=[2048] * 16)
+    shared.decode_distinct = 1843 + 16 * 205                             # 16 contexts, 1,843 tokens shared
     plain = CostModel(hw, tiny, "vllm-v1")
     assert hw.kv_shared_cost == 1.0 and plain.step_time(shared) == plain.step_time(b)   # default: no saving
     free = CostModel(dataclasses.replace(hw, kv_shared_cost=0.0), tiny, "vllm-v1")

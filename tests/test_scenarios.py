@@ -16,6 +16,16 @@ from tests.conftest import small_scenario
 from tests.helpers import mixed_trace
 
 
+def test_prompt_is_its_segments_in_order():
+    t = mixed_trace(3)
+    for i in range(t.n_requests):
+        rows = t.segment_rows(i)
+        assert rows == t.segments(i).tolist() and all(type(x) is int for row in rows for x in row)
+        want = [(t.arrays["prefix"] if src == 0 else t.arrays["pool"])[a:a + n] for src, a, n in rows]
+        got = t.prompt(i)
+        assert got.dtype == np.int32 and np.array_equal(got, np.concatenate(want))
+        assert not np.shares_memory(got, t.arrays["pool"]) and not np.shares_memory(got, t.arrays["prefix"])
+
 def test_sigma_exact_and_layout():
     sc = small_scenario(prompts={"length": 4096, "sharing": 0.9})
     t = compile_trace(sc)

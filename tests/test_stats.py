@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from scipy import stats as sps
 
 from analysis.fluid import closed_loop_wait, fluid_wait, predicted_gap, predicted_ttft, shortfall
@@ -116,3 +118,19 @@ def test_skewness_matches_scipy():
     x = np.random.default_rng(3).lognormal(0.0, 0.8, 500)
     assert skewness(x) == pytest.approx(float(sps.skew(x)), rel=1e-12)
     assert math.isnan(skewness(np.ones(5)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                          st.sampled_from([0.0, 1.0, 1.0, 2.5])), max_size=40),
+       st.one_of(st.sampled_from([0.0, 0.05, 0.5, 0.95, 0.99, 1.0]), st.floats(0.0, 1.0)))
+@example([0.1, 0.7, 0.9], 0.25)        # halfway between 0.1 and 0.7: NumPy interpolates down from the upper one
+@example([0.1, float("inf")], 1.0)
+def test_run_quantile_is_numpys_percentile_bit_for_bit(values, q):
+    from analysis.metrics import _q
+    v = np.array(values, dtype=np.float64)
+    kept = v[~np.isnan(v)]
+    with np.errstate(invalid="ignore"):
+        want = float(np.percentile(kept, q * 100)) if kept.size else float("nan")
+    got = _q(v, q)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes(), (values, q, got, want)

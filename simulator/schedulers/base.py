@@ -4,28 +4,32 @@ completion rule. Engine-specific rules live in one file per engine family."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from simulator.cost_model import BatchShape
 from simulator.request import Request
 
 
-@dataclass(slots=True)
 class Step:
-    """One engine iteration: each item is (request, tokens advanced this step)."""
+    """One engine iteration: each item is (request, tokens advanced this step). (Plain classes here and in the
+    other compiled modules, not dataclasses: compiled, a dataclass keeps its generated ``__init__`` interpreted.)"""
 
-    kind: str                      # "prefill", "decode" or "mixed"
-    items: list[tuple[Request, int]]
-    shape: BatchShape = field(default_factory=BatchShape)
+    __slots__ = ("kind", "items", "shape")
+
+    def __init__(self, kind: str, items: list[tuple[Request, int]], shape: BatchShape | None = None):
+        self.kind = kind                   # "prefill", "decode" or "mixed"
+        self.items = items
+        self.shape = BatchShape() if shape is None else shape
 
 
-@dataclass(slots=True)
 class Counters:
-    preemptions: int = 0
-    prefix_hit_tokens: int = 0
-    prefix_query_tokens: int = 0
-    ignored: int = 0
+    __slots__ = ("preemptions", "prefix_hit_tokens", "prefix_query_tokens", "ignored")
+
+    def __init__(self) -> None:
+        self.preemptions = 0
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
+        self.ignored = 0
 
 
 class Scheduler(Protocol):

@@ -25,7 +25,6 @@ scheduled, so its chunks match at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -40,14 +39,14 @@ from simulator.schedulers.policies import get_ordering
 from simulator.schedulers.victims import get_victim
 
 
-@dataclass(slots=True)
 class SgState:
     """A request's slots: ``prefix_len`` tokens owned by the radix tree (locked through ``node``) and
     ``kv_len - prefix_len`` private slots."""
 
-    prefix_len: int
-    node: Node
-    kv_len: int
+    __slots__ = ("prefix_len", "node", "kv_len")
+
+    def __init__(self, prefix_len: int, node: Node, kv_len: int):
+        self.prefix_len, self.node, self.kv_len = prefix_len, node, kv_len
 
 
 class MatchMemo:

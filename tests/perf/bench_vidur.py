@@ -10,6 +10,9 @@ servetwin's own A100 cost model into its cache instead (``tests/perf/vidur_profi
 comparable work and only their speed is compared. Its first run trains its random-forest predictors and caches
 them (minutes; not timed). Each Vidur run's wall time is its whole process (imports, predictors from its cache,
 simulation, metrics written); servetwin's likewise runs ``servetwin simulate`` as a process on a compiled trace.
+Both start as a user's Python does, from cached bytecode: Vidur's wheel is compiled when pip installs it, and
+servetwin's sources (an editable install) are compiled by an untimed first run, with ``PYTHONDONTWRITEBYTECODE``
+cleared for its processes.
 Where Vidur cannot be installed the benchmark says why and prints servetwin's figures alone."""
 
 from __future__ import annotations
@@ -70,11 +73,15 @@ def vidur_once(py: Path, duration: float, out: Path) -> tuple[float, int]:
     return wall, sum(1 for _ in metrics.open()) - 1
 
 
+# servetwin's processes write and read bytecode as Python does by default
+BYTECODE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def servetwin_once(trace: Path, out: Path) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "servetwin.cli", "simulate", "--trace", str(trace), "--engine",
                     "vllm-0.6.3", "--hardware", "a100-80g", "--out", str(out)], check=True, capture_output=True,
-                   cwd=ROOT)
+                   cwd=ROOT, env=BYTECODE_ENV)
     return time.perf_counter() - t0
 
 
@@ -93,6 +100,7 @@ def run(repeats: int = 3) -> list[dict]:
             subprocess.run([sys.executable, "-m", "servetwin.cli", "trace", "compile", "--scenario", str(scen),
                             "--seed", "1", "--out", str(trace)], check=True, capture_output=True, cwd=ROOT)
             n = json.loads((trace / "manifest.json").read_text())["counts"]["requests"]
+            servetwin_once(trace, Path(d) / f"warm-up-{duration:g}")     # compiles servetwin's bytecode: not timed
             ours, theirs = [], []
             for k in range(repeats):
                 if py is not None:
