@@ -126,6 +126,8 @@ def test_skewness_matches_scipy():
        st.one_of(st.sampled_from([0.0, 0.05, 0.5, 0.95, 0.99, 1.0]), st.floats(0.0, 1.0)))
 @example([0.1, 0.7, 0.9], 0.25)        # halfway between 0.1 and 0.7: NumPy interpolates down from the upper one
 @example([0.1, float("inf")], 1.0)
+@example([-0.0], 0.0)                  # the last value itself: NumPy interpolates down from it, keeping -0.0
+@example([-0.0, -0.0, 0.0, -1e-300], 0.5)   # equal zeros: where NumPy's partition leaves each decides the sign
 def test_run_quantile_is_numpys_percentile_bit_for_bit(values, q):
     from analysis.metrics import _q
     v = np.array(values, dtype=np.float64)
