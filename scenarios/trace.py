@@ -149,9 +149,12 @@ class Trace:
 
     def prompt(self, i: int) -> np.ndarray:
         """Token ids of request i's prompt (a fresh int32 array)."""
+        return self.prompt_of(self.segment_rows(i))
+
+    def prompt_of(self, rows: list[list[int]]) -> np.ndarray:
+        """The prompt a request's ``segment_rows`` spell (for a caller that reads them anyway)."""
         prefix, pool = self.arrays["prefix"], self.arrays["pool"]
-        parts = [(prefix if src == SRC_PREFIX else pool)[start:start + length]
-                 for src, start, length in self.segment_rows(i)]
+        parts = [(prefix if src == SRC_PREFIX else pool)[start:start + length] for src, start, length in rows]
         return np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
 
     def suffix(self, i: int) -> np.ndarray:

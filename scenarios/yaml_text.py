@@ -59,5 +59,3 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 def load_yaml(path: str | Path, what: str = "file") -> Any:
     return parse_yaml(read_text(path, what), str(path))
-
-

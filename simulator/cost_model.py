@@ -49,11 +49,10 @@ SHAPE_FIELDS = ("prefill_tokens", "prefill_ctx", "prefill_pairs", "prefill_full_
 
 
 class BatchShape:
-    """The sums a step's duration depends on. Schedulers fill this while building a batch. (A plain class, not a
-    dataclass: compiled, a dataclass keeps its generated ``__init__`` interpreted, one per engine step.)"""
+    """The sums a step's duration depends on. Schedulers fill this while building a batch (a plain class, as
+    ``schedulers.base.Step`` says why)."""
 
-    __slots__ = ("prefill_tokens", "prefill_ctx", "prefill_pairs", "prefill_full_pairs", "prefill_seqs",
-                 "sampling_prefills", "decodes", "decode_ctx", "decode_distinct")
+    __slots__ = SHAPE_FIELDS
 
     def __init__(self, prefill_tokens: int = 0, prefill_ctx: int = 0, prefill_pairs: float = 0.0,
                  prefill_full_pairs: float = 0.0, prefill_seqs: int = 0, sampling_prefills: int = 0,

@@ -42,12 +42,9 @@ class DagDriver:
         self._unissued_from = 0                     # every request below it has been issued (read its prompt)
         env.process(self._arrivals())
 
-    def _head(self, i: int) -> SharedHead | None:
-        """The shared prefix request i's prompt starts with, whole (None: it starts otherwise)."""
-        if not self.heads:
-            return None
-        segs = self.trace.segment_rows(i)
-        if not segs:
+    def _head(self, segs: list[list[int]]) -> SharedHead | None:
+        """The shared prefix a prompt of these segments starts with, whole (None: it starts otherwise)."""
+        if not self.heads or not segs:
             return None
         src, start, length = segs[0]
         F = self.heads[0].n_tokens
@@ -71,8 +68,9 @@ class DagDriver:
     def _issue(self, i: int) -> None:
         a = self.trace.arrays
         now = self.env.now
-        r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt(i),
-                    int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens, self._head(i))
+        segs = self.trace.segment_rows(i)
+        r = Request(i, int(a["dag"][i]), self.trace.role_name(i), self.trace.prompt_of(segs),
+                    int(a["max_tokens"][i]), now, now, self._seq, self.record_tokens, self._head(segs))
         self.requests[i] = r
         self._read(i)
         if self.limit is not None and self.open >= self.limit:
